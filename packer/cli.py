@@ -1,0 +1,203 @@
+"""The `packer` command line: parses options, calls the library, prints results."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from packer import __version__
+from packer.checks import CHECK_MODES
+from packer.errors import PackerError, UsageProblem
+from packer.formats import FORMAT_NAMES
+from packer.report import inspect_text, pack_summary, pack_text, verify_text
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """`256MB` -> 256000000, `1GiB` -> 1073741824, `5e8` -> 500000000."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = match and match.group(2).upper()
+    if not match or unit not in _UNITS:
+        raise click.BadParameter(f"{text!r} is not a size; use e.g. 256MB, 1GB, 512MiB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+class _Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, int) else parse_size(value)
+
+
+class PackerGroup(click.Group):
+    """Turns library errors into one-line messages: exit 2 for usage, 1 otherwise."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UsageProblem as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(2)
+        except PackerError as err:
+            click.echo(f"Error: {err}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("\nInterrupted. A pack can be continued with --resume.", err=True)
+            ctx.exit(130)
+
+
+def _emit_json(data: dict) -> None:
+    click.echo(json.dumps(data, indent=1, ensure_ascii=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print machine-readable JSON instead of text.")
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+
+
+@click.group(cls=PackerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="packer")
+def cli():
+    """Pack folders of small files into WebDataset shards, LMDB or HDF5.
+
+    \b
+    Example:
+      packer pack ./images --to webdataset -o ./images-wds
+      packer inspect ./images-wds
+      packer verify ./images-wds --against ./images
+      packer unpack ./images-wds -o ./restored
+    """
+
+
+@cli.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default="webdataset",
+              show_default=True, help="Output format.")
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+              help="Output folder (written as OUTPUT.partial, renamed when complete).")
+@click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="CSV of filename,label rows for a flat folder; string labels become ids.")
+@click.option("--unlabelled", is_flag=True,
+              help="Do not take classes from sub-folder names; keys keep the paths.")
+@click.option("--group-by-stem", is_flag=True,
+              help="Make every set of files sharing a stem one sample (image + mask pairs).")
+@click.option("--follow-symlinks/--no-follow-symlinks", default=True, show_default=True,
+              help="Follow symlinked files and folders (loops are detected and skipped).")
+@click.option("--check", type=click.Choice(CHECK_MODES), default="header", show_default=True,
+              help="header: signatures and end markers (cheap); decode: decode every "
+                   "image; none: only empty files are skipped.")
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip",
+              show_default=True,
+              help="skip: list bad inputs in the manifest and go on; fail: stop at the first.")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that read and check files; the output is the same for any N.")
+@click.option("--shard-size", type=_Size(), default="256MB", show_default=True,
+              help="webdataset: most bytes per shard, headers included (e.g. 64MB, 1GiB).")
+@click.option("--max-count", type=click.IntRange(min=1),
+              help="webdataset: most samples per shard.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted pack after its last complete shard.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@json_option
+@quiet_option
+def pack(source, out, as_json, quiet, **options):
+    """Pack the folder SOURCE into one dataset.
+
+    Classes come from sub-folder names (ImageFolder layout), from --labels, or
+    there are none. Bad inputs are listed with their reason, never dropped
+    silently. Files are stored byte for byte.
+
+    \b
+    Example:
+      packer pack ./images --to webdataset -o ./images-wds --workers 2
+      packer pack ./flat --labels labels.csv --to lmdb -o ./flat.lmdb
+      packer pack ./scans --group-by-stem --to hdf5 -o ./scans.h5
+    """
+    from packer.pack import PackOptions, pack as run_pack
+
+    manifest = run_pack(source, out, PackOptions(**options, progress=not quiet))
+    if as_json:
+        _emit_json(pack_summary(manifest, out))
+    else:
+        click.echo(pack_text(manifest, out))
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@json_option
+def inspect(dataset, as_json):
+    """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
+
+    \b
+    Example:
+      packer inspect ./images-wds
+      packer inspect ./images-wds --json | jq .classes
+    """
+    from packer.manifest import class_counts, load_manifest
+
+    manifest = load_manifest(dataset)
+    if as_json:
+        _emit_json({"path": str(dataset), "format": manifest["format"],
+                    "count": manifest["count"], "fields": manifest["fields"],
+                    "classes": class_counts(manifest), "parts": manifest["parts"],
+                    "source": manifest["source"], "skipped": manifest["skipped"],
+                    "ignored": manifest["ignored"]})
+    else:
+        click.echo(inspect_text(manifest, dataset))
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--against", type=click.Path(path_type=Path),
+              help="The source folder: also check that every packed file is bit-identical "
+                   "to it and that every source file is packed or listed as skipped.")
+@json_option
+@quiet_option
+def verify(dataset, against, as_json, quiet):
+    """Check that every sample reads back and matches the manifest's checksums.
+
+    Exits 1 when anything differs.
+
+    \b
+    Example:
+      packer verify ./images-wds
+      packer verify ./images.lmdb --against ./images --json
+    """
+    from packer.verify import verify as run_verify
+
+    report = run_verify(dataset, against, progress=not quiet)
+    click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
+               else verify_text(report))
+    sys.exit(0 if report["ok"] else 1)
+
+
+@cli.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+              help="Folder to write the files to.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty output folder.")
+@json_option
+@quiet_option
+def unpack(dataset, out, overwrite, as_json, quiet):
+    """Write a packed dataset back to a folder with the original relative paths.
+
+    \b
+    Example:
+      packer unpack ./images-wds -o ./restored
+    """
+    from packer.unpack import unpack as run_unpack
+
+    result = run_unpack(dataset, out, overwrite=overwrite, progress=not quiet)
+    if as_json:
+        _emit_json(result)
+    else:
+        click.echo(f"unpacked {result['samples']:,} samples: {result['files']:,} files, "
+                   f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")
+
+
+def main():
+    cli(prog_name="packer")

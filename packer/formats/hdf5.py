@@ -1,0 +1,125 @@
+"""HDF5: one file, one dataset per field, row i of every dataset is sample i.
+
+    OUT/
+      manifest.json
+      data.h5
+        __key__   (N,) utf-8 strings
+        jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
+        cls       (N,) int64 class ids
+        attrs     classes (names in id order), packer_manifest (the manifest as JSON)
+
+Datasets are chunked and resizable, and grow block by block as samples arrive,
+so memory does not grow with the dataset.
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from packer.errors import DatasetError
+from packer.formats.base import KEY, Writer
+
+FILE_NAME = "data.h5"
+_CHUNK = 1024
+_BLOCK = 512  # samples buffered before one write per dataset
+_BYTES = h5py.vlen_dtype(np.dtype("uint8"))
+_EMPTY = np.empty(0, np.uint8)
+
+
+def _dataset_dtype(field_dtype: str):
+    return np.int64 if field_dtype == "int64" else _BYTES
+
+
+class Hdf5Writer(Writer):
+    """Writes data.h5; a part is a flushed block of samples."""
+
+    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, plan, max_part_bytes, max_part_count)
+        path = folder / FILE_NAME
+        self.file = h5py.File(path, "a" if path.exists() else "w")
+        self.fields = dict(plan["fields"])
+        self._buffer: list[dict] = []
+        if KEY not in self.file:
+            self._create()
+
+    def _create(self) -> None:
+        for name, dtype in {KEY: "str", **self.fields}.items():
+            kind = h5py.string_dtype("utf-8") if dtype == "str" else _dataset_dtype(dtype)
+            self.file.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(_CHUNK,),
+                                     dtype=kind, track_times=False)
+        self.file.attrs["classes"] = self.plan.get("classes") or []
+
+    def _encode(self, sample: dict) -> dict:
+        return sample
+
+    def _encoded_size(self, sample: dict) -> int:
+        return sum(len(v) for k, v in sample.items() if k != KEY and not isinstance(v, int))
+
+    def _store(self, sample: dict) -> None:
+        self._buffer.append(sample)
+        if len(self._buffer) >= _BLOCK:
+            self._flush_buffer()
+
+    def _flush_buffer(self) -> None:
+        if not self._buffer:
+            return
+        start, rows = self.file[KEY].shape[0], len(self._buffer)
+        for name in (KEY, *self.fields):
+            dataset = self.file[name]
+            dataset.resize((start + rows,))
+            dataset[start:] = self._column(name, dataset.dtype)
+        self._buffer = []
+
+    def _column(self, name: str, dtype) -> np.ndarray:
+        if name == KEY:
+            return np.array([s[KEY] for s in self._buffer], dtype=object)
+        if dtype == np.int64:
+            return np.array([s[name] for s in self._buffer], dtype=np.int64)
+        column = np.empty(len(self._buffer), dtype=object)
+        for i, sample in enumerate(self._buffer):
+            value = sample.get(name)
+            column[i] = _EMPTY if value is None else np.frombuffer(value, np.uint8)
+        return column
+
+    def _seal_part(self, part: dict) -> None:
+        self._flush_buffer()
+        self.file.flush()
+
+    def truncate(self, count: int) -> None:
+        for name in (KEY, *self.fields):
+            self.file[name].resize((count,))
+
+    def finish(self, manifest: dict) -> None:
+        self.file.attrs["packer_manifest"] = json.dumps(manifest)
+        self.file.close()
+
+
+def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    path = folder / FILE_NAME
+    try:
+        file = h5py.File(path, "r")
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot open the HDF5 file: {err}") from None
+    with file:
+        names = list(manifest["fields"])
+        end = part["first"] + part["count"]
+        for start in range(part["first"], end, _CHUNK):
+            stop = min(start + _CHUNK, end)
+            keys = file[KEY][start:stop]
+            columns = {name: file[name][start:stop] for name in names}
+            for row, key in enumerate(keys):
+                sample = {KEY: key.decode("utf-8")}
+                for name in names:
+                    value = columns[name][row]
+                    if isinstance(value, np.ndarray):
+                        if value.size:
+                            sample[name] = value.tobytes()
+                    else:
+                        sample[name] = int(value)
+                yield sample
+
+
+WRITER = Hdf5Writer

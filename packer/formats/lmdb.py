@@ -1,0 +1,96 @@
+"""LMDB: one environment, one record per sample, no pickles.
+
+    OUT/
+      manifest.json
+      data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
+
+    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded)
+    value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}
+    key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
+
+Samples of a part are committed in one write transaction. The map starts at the
+size the input needs and doubles whenever LMDB reports it full, so big data never
+fails on a fixed map size.
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import msgpack
+
+from packer.errors import DatasetError
+from packer.formats.base import Writer
+
+META_KEY = b"__meta__"
+KEY_FORMAT = "%010d"
+
+
+def sample_key(index: int) -> bytes:
+    return b"%010d" % index
+
+
+def decode_value(value: bytes) -> dict:
+    return msgpack.unpackb(value, raw=False)
+
+
+class LmdbWriter(Writer):
+    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, plan, max_part_bytes, max_part_count)
+        map_size = max(64 << 20, int(plan.get("input_bytes", 0) * 1.25))
+        self.env = lmdb.open(str(folder), map_size=map_size, subdir=True, meminit=False)
+        self._pending: list[tuple[bytes, bytes]] = []
+
+    def _encode(self, sample: dict) -> bytes:
+        return msgpack.packb(sample, use_bin_type=True)
+
+    def _encoded_size(self, encoded: bytes) -> int:
+        return len(encoded)
+
+    def _store(self, encoded: bytes) -> None:
+        self._pending.append((sample_key(self.count), encoded))
+
+    def _seal_part(self, part: dict) -> None:
+        self._commit(self._pending)
+        self._pending = []
+
+    def _commit(self, items: list[tuple[bytes, bytes]]) -> None:
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    txn.cursor().putmulti(items, append=all(k != META_KEY for k, _ in items))
+                return
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def truncate(self, count: int) -> None:
+        with self.env.begin(write=True) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(sample_key(count)):
+                while cursor.key() != META_KEY and cursor.delete():
+                    pass
+
+    def finish(self, manifest: dict) -> None:
+        meta = {"count": manifest["count"], "classes": manifest["classes"],
+                "fields": manifest["fields"], "key_format": KEY_FORMAT,
+                "value_encoding": "msgpack"}
+        self._commit([(META_KEY, json.dumps(meta).encode())])
+        self.env.sync(True)
+        self.env.close()
+
+
+def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    env = lmdb.open(str(folder), readonly=True, lock=False, subdir=True)
+    try:
+        with env.begin(buffers=False) as txn:
+            for index in range(part["first"], part["first"] + part["count"]):
+                value = txn.get(sample_key(index))
+                if value is None:
+                    raise DatasetError(f"{folder}: sample {index} is missing from the LMDB")
+                yield decode_value(value)
+    finally:
+        env.close()
+
+
+WRITER = LmdbWriter

@@ -1,0 +1,55 @@
+"""The manifest: `manifest.json` beside the data, the one description readers trust.
+
+It holds the format and layout version, the sample count, the fields (dtype,
+count, bytes), class names in id order with their counts, the parts (shards or
+blocks) with counts, sizes and digests, the source, the options used, the tool
+version, and `skipped`: every input that was not packed, with the reason.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from packer.errors import DatasetError
+
+MANIFEST_NAME = "manifest.json"
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(out: Path) -> Path:
+    """Where a pack into `out` is written until it is complete."""
+    return out.with_name(out.name + PARTIAL_SUFFIX)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as file:
+        json.dump(data, file, indent=1, ensure_ascii=False)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def load_manifest(dataset: Path) -> dict:
+    """The manifest of a packed dataset, or a DatasetError that says what is wrong."""
+    dataset = Path(dataset)
+    if dataset.name.endswith(PARTIAL_SUFFIX) or (
+        not dataset.exists() and partial_path(dataset).exists()
+    ):
+        raise DatasetError(f"{dataset}: an unfinished pack (the run was interrupted or "
+                           "failed); finish it with `packer pack ... --resume`")
+    if not dataset.exists():
+        raise DatasetError(f"{dataset}: no such packed dataset")
+    path = dataset / MANIFEST_NAME
+    if not path.is_file():
+        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
+                           "make one with `packer pack`")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+
+
+def class_counts(manifest: dict) -> dict[str, int]:
+    return dict(zip(manifest.get("classes") or [], manifest.get("class_counts") or [],
+                    strict=True))

@@ -1,0 +1,231 @@
+"""Packing: a scanned source, read in parallel, written by a format writer.
+
+The output is written to `OUT.partial` and renamed to `OUT` only when complete.
+After each closed part, `OUT.partial/progress.json` records what is durable
+(parts, skipped inputs, counts), so `--resume` continues after the last closed
+part and ends with exactly what an uninterrupted run writes.
+"""
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tqdm import tqdm
+
+from packer import __version__
+from packer.errors import BadInputError, PackerError, UsageProblem
+from packer.formats import format_module
+from packer.formats.base import KEY, LAYOUT_VERSION, sample_size
+from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
+from packer.parallel import ordered_map
+from packer.sources.files import Scan, read_chunk, scan_folder
+
+PROGRESS_NAME = "progress.json"
+CHUNK = 64  # samples per unit of worker work
+BLOCK_BYTES = 64 << 20  # an LMDB/HDF5 part (one commit) holds at most this much ...
+BLOCK_COUNT = 10_000  # ... or this many samples
+
+
+@dataclass
+class PackOptions:
+    to: str = "webdataset"
+    labels: Path | None = None
+    unlabelled: bool = False
+    group_by_stem: bool = False
+    follow_symlinks: bool = True
+    on_error: str = "skip"
+    check: str = "header"
+    workers: int = 1
+    shard_size: int = 256 << 20
+    max_count: int | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+
+    def recorded(self) -> dict:
+        """The options that shape the output, as the manifest records them."""
+        kept = asdict(self)
+        for name in ("workers", "resume", "overwrite", "progress"):
+            kept.pop(name)
+        kept["labels"] = str(self.labels) if self.labels else None
+        return kept
+
+
+@dataclass
+class Tally:
+    """Running counts, saved with every part so a resumed run continues them."""
+
+    next_input: int = 0
+    skipped: list = field(default_factory=list)
+    fields: dict = field(default_factory=dict)
+    class_counts: list = field(default_factory=list)
+    input_bytes: int = 0
+
+    def add(self, sample: dict) -> None:
+        for name, value in sample.items():
+            if name == KEY:
+                continue
+            entry = self.fields.setdefault(name, {"count": 0, "bytes": 0})
+            entry["count"] += 1
+            entry["bytes"] += 0 if isinstance(value, int) else len(value)
+        self.input_bytes += sample_size(sample)
+        if "cls" in sample and self.class_counts:
+            self.class_counts[sample["cls"]] += 1
+
+
+def check_paths(source: Path, out: Path, options: PackOptions) -> None:
+    if not source.exists():
+        raise UsageProblem(f"{source}: no such file or folder")
+    if not source.is_dir():
+        raise UsageProblem(f"{source}: not a folder (the files source packs a folder)")
+    src, dst = source.resolve(), out.resolve()
+    if dst.is_relative_to(src):
+        raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
+                           "elsewhere, or it would be packed into itself")
+    if src.is_relative_to(dst):
+        raise UsageProblem(f"-o {out} contains the input {source}; choose another output")
+    if out.exists() and not options.overwrite:
+        raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST_NAME).exists():
+        raise UsageProblem(f"{out} exists and is not a packed dataset; refusing to replace "
+                           "it, choose another -o")
+
+
+def _plan(scan: Scan, options: PackOptions) -> dict:
+    fields = {f: "bytes" for s in scan.samples for f, _ in s.files}
+    if scan.label_source != "none":
+        fields["cls"] = "int64"
+    listing = [(s.key, s.files, s.label, s.size) for s in scan.samples]
+    fingerprint = hashlib.sha256(json.dumps([listing, options.recorded()],
+                                            default=str).encode()).hexdigest()
+    return {"fields": dict(sorted(fields.items())), "classes": scan.classes,
+            "input_bytes": sum(s.size for s in scan.samples), "fingerprint": fingerprint}
+
+
+def _start(out: Path, plan: dict, options: PackOptions):
+    """The writer (fresh or resumed) and the tally to continue from."""
+    work = partial_path(out)
+    progress_path = work / PROGRESS_NAME
+    if work.exists() and options.resume and progress_path.exists():
+        progress = json.loads(progress_path.read_text())
+        if progress["fingerprint"] != plan["fingerprint"]:
+            raise UsageProblem(f"{work}: the input or the options changed since the "
+                               "interrupted run; start over with --overwrite")
+    elif work.exists() and not (options.resume or options.overwrite):
+        raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
+                           "continue it or --overwrite to start over")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        progress = None
+    limits = ((options.shard_size, options.max_count or 1 << 62) if options.to == "webdataset"
+              else (BLOCK_BYTES, BLOCK_COUNT))
+    writer = format_module(options.to).WRITER(work, plan, *limits)
+    tally = Tally(class_counts=[0] * len(plan["classes"] or []))
+    if progress:
+        writer.resume(progress["parts"])
+        tally = Tally(**progress["tally"])
+    return writer, tally
+
+
+def _save_progress(writer, tally: Tally, plan: dict) -> None:
+    write_json_atomic(writer.folder / PROGRESS_NAME, {
+        "fingerprint": plan["fingerprint"], "parts": writer.parts, "tally": asdict(tally)})
+
+
+def _fail_on(entry: dict, root: Path) -> None:
+    raise BadInputError(f"{root / entry['path']}: {entry['reason']} (--on-error fail stops "
+                        "at the first bad input; the default, --on-error skip, lists it in "
+                        "the manifest and goes on)")
+
+
+def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+    start, total = tally.next_input, len(scan.samples)
+    chunks = ((str(scan.root), options.check, scan.samples[i:i + CHUNK])
+              for i in range(start, total, CHUNK))
+    bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
+               desc=f"packing to {options.to}", dynamic_ncols=True)
+    began, done_bytes = time.perf_counter(), 0
+    index = start
+    for results in ordered_map(read_chunk, chunks, options.workers):
+        for sample, skipped in results:
+            if skipped:
+                if options.on_error == "fail":
+                    _fail_on(skipped[0], scan.root)
+                tally.skipped += skipped
+            else:
+                if writer.add(sample):
+                    tally.next_input = index
+                    _save_progress(writer, tally, plan)
+                tally.add(sample)
+                done_bytes += sample_size(sample)
+            index += 1
+        bar.update(len(results))
+        bar.set_postfix_str(f"{done_bytes / 1e6 / (time.perf_counter() - began):.1f} MB/s")
+    bar.close()
+    writer.close_part()
+    tally.next_input = total
+
+
+def _manifest(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> dict:
+    fields = {name: {"dtype": dtype, **tally.fields.get(name, {"count": 0, "bytes": 0})}
+              for name, dtype in plan["fields"].items()}
+    return {
+        "format": options.to, "layout_version": LAYOUT_VERSION, "tool": f"packer {__version__}",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "count": writer.count, "fields": fields,
+        "classes": scan.classes, "class_counts": tally.class_counts if scan.classes else None,
+        "parts": writer.parts,
+        "source": {"kind": "files", "path": str(scan.root.resolve()),
+                   "labels": scan.label_source, "labels_file": scan.labels_file,
+                   "samples": len(scan.samples), "bytes": plan["input_bytes"]},
+        "options": options.recorded(),
+        "skipped": sorted(scan.skipped + tally.skipped, key=lambda e: e["path"]),
+        "ignored": scan.ignored,
+        "symlinks": {"followed": options.follow_symlinks, "count": scan.symlinks},
+        "shared_stems": scan.shared_stems,
+        "unmatched_labels": scan.unmatched_labels,
+    }
+
+
+def _publish(work: Path, out: Path) -> None:
+    """Swap the finished `work` folder in as `out` (replacing an old dataset last)."""
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+    work.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def pack(source: Path, out: Path, options: PackOptions) -> dict:
+    """Pack the folder `source` into `out`; returns the manifest."""
+    source, out = Path(source), Path(out)
+    check_paths(source, out, options)
+    scan = scan_folder(source, labels=options.labels, unlabelled=options.unlabelled,
+                       group_by_stem=options.group_by_stem,
+                       follow_symlinks=options.follow_symlinks)
+    if scan.skipped and options.on_error == "fail":
+        _fail_on(scan.skipped[0], scan.root)
+    if not scan.samples:
+        raise PackerError(f"{source}: nothing to pack ({len(scan.skipped)} skipped, "
+                          f"{len(scan.ignored)} hidden or junk files)")
+    plan = _plan(scan, options)
+    writer, tally = _start(out, plan, options)
+    began = time.perf_counter()
+    try:
+        _write_all(scan, writer, tally, plan, options)
+    except PackerError:
+        shutil.rmtree(writer.folder, ignore_errors=True)
+        raise
+    manifest = _manifest(scan, writer, tally, plan, options)
+    writer.finish(manifest)
+    (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
+    write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
+    _publish(writer.folder, out)
+    manifest["seconds"] = time.perf_counter() - began
+    return manifest

@@ -1,0 +1,113 @@
+"""Verifying: every sample readable, every part matching the manifest, and (with
+`--against`) every packed file bit-identical to its source and every source file
+either packed or listed as skipped."""
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+import msgpack
+from tqdm import tqdm
+
+from packer.dataset import label_field, open_packed
+from packer.errors import PackerError
+from packer.formats.base import KEY, update_digest
+from packer.keys import restored_path
+from packer.sources.files import scan_folder
+
+MAX_PROBLEMS = 100
+_READ_ERRORS = (OSError, ValueError, KeyError, tarfile.TarError, msgpack.UnpackException)
+
+
+def _file_problems(folder: Path, part: dict) -> list[str]:
+    """A tar shard's size and sha256 against the manifest."""
+    path = folder / part["name"]
+    if not path.is_file():
+        return [f"{part['name']}: missing"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    if path.stat().st_size != part["bytes"] or digest.hexdigest() != part["sha256"]:
+        return [f"{part['name']}: {path.stat().st_size:,} bytes, sha256 {digest.hexdigest()[:12]}"
+                f"; the manifest says {part['bytes']:,} bytes, sha256 {part['sha256'][:12]}"]
+    return []
+
+
+class _Against:
+    """Compares packed samples with the source folder they came from."""
+
+    def __init__(self, manifest: dict, source: Path):
+        self.source = source
+        self.label = label_field(manifest)
+        self.classes = manifest.get("classes") or []
+        self.by_folder = manifest["source"]["labels"] == "folders"
+        self.seen: set[str] = set()
+
+    def check(self, sample: dict) -> list[str]:
+        problems = []
+        for field, value in sample.items():
+            if field in (KEY, self.label):
+                continue
+            rel = restored_path(sample[KEY], field)
+            self.seen.add(rel)
+            try:
+                original = (self.source / rel).read_bytes()
+            except OSError as err:
+                problems.append(f"{rel}: packed, but cannot read the source file: {err.strerror}")
+                continue
+            if original != value:
+                problems.append(f"{rel}: packed bytes differ from the source file")
+            if self.by_folder and self.classes[sample[self.label]] != rel.split("/", 1)[0]:
+                problems.append(f"{rel}: class {self.classes[sample[self.label]]!r}, but the "
+                                "file is in another class folder")
+        return problems
+
+    def unaccounted(self, manifest: dict) -> list[str]:
+        """Source files neither packed nor listed as skipped or ignored."""
+        options = manifest["options"]
+        scan = scan_folder(self.source, labels=Path(options["labels"]) if options["labels"]
+                           else None, unlabelled=options["unlabelled"],
+                           group_by_stem=options["group_by_stem"],
+                           follow_symlinks=options["follow_symlinks"])
+        listed = {e["path"] for e in manifest["skipped"] + manifest["ignored"]}
+        listed |= {e["path"] for e in scan.skipped + scan.ignored}
+        present = {p for s in scan.samples for _, p in s.files}
+        return [f"{p}: in the source but neither packed nor listed as skipped"
+                for p in sorted(present - self.seen - listed)]
+
+
+def verify(dataset: Path, against: Path | None = None, progress: bool = True) -> dict:
+    """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all)."""
+    manifest, module = open_packed(dataset)
+    if against is not None and not Path(against).is_dir():
+        raise PackerError(f"--against {against}: not a folder")
+    compare = _Against(manifest, Path(against)) if against else None
+    problems, count = [], 0
+    bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
+    for part in manifest["parts"]:
+        name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
+        if "sha256" in part:
+            problems += _file_problems(Path(dataset), part)
+        digest, seen = hashlib.sha256(), 0
+        try:
+            for sample in module.read_part(Path(dataset), manifest, part):
+                update_digest(digest, sample)
+                seen += 1
+                if compare:
+                    problems += compare.check(sample)
+        except _READ_ERRORS as err:
+            problems.append(f"{name}: unreadable after {seen} samples: {err}")
+        if seen != part["count"]:
+            problems.append(f"{name}: {seen} samples, the manifest says {part['count']}")
+        elif digest.hexdigest() != part["samples_sha256"]:
+            problems.append(f"{name}: sample contents differ from the manifest's digest")
+        count += seen
+        bar.update(seen)
+    bar.close()
+    if count != manifest["count"]:
+        problems.append(f"{count} samples read, the manifest says {manifest['count']}")
+    if compare:
+        problems += compare.unaccounted(manifest)
+    return {"dataset": str(dataset), "format": manifest["format"], "ok": not problems,
+            "count": count, "problem_count": len(problems), "problems": problems[:MAX_PROBLEMS]}
