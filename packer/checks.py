@@ -22,7 +22,8 @@ def _check_jpeg(data: bytes) -> str | None:
         return f"not a JPEG: starts with {_hex(data)}, expected FF D8 FF"
     # The image's end-of-image marker follows its last start-of-scan; an EOI that
     # only precedes it belongs to an embedded thumbnail, so the file is cut.
-    if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+    end = data.rfind(b"\xff\xd9")
+    if end < 0 or end < data.rfind(b"\xff\xda"):
         return "truncated JPEG: no end-of-image marker (FF D9) after the image data"
     return None
 

@@ -70,7 +70,8 @@ class Hdf5Writer(Writer):
         for name in (KEY, *self.fields):
             dataset = self.file[name]
             dataset.resize((start + rows,))
-            dataset[start:] = self._column(name, dataset.dtype)
+            # write_direct: plain assignment fails when all vlen rows have one length
+            dataset.write_direct(self._column(name, dataset.dtype), dest_sel=np.s_[start:])
         self._buffer = []
 
     def _column(self, name: str, dtype) -> np.ndarray:
@@ -78,7 +79,7 @@ class Hdf5Writer(Writer):
             return np.array([s[KEY] for s in self._buffer], dtype=object)
         if dtype == np.int64:
             return np.array([s[name] for s in self._buffer], dtype=np.int64)
-        column = np.empty(len(self._buffer), dtype=object)
+        column = np.empty(len(self._buffer), dtype=_BYTES)
         for i, sample in enumerate(self._buffer):
             value = sample.get(name)
             column[i] = _EMPTY if value is None else np.frombuffer(value, np.uint8)

@@ -1,0 +1,52 @@
+"""Small image folders made fresh for each test."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from packer.cli import cli
+
+
+def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 20)) -> bytes:
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, fmt)
+    return out.getvalue()
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    """An ImageFolder tree: 3 classes, nested folders, sidecars, awkward names."""
+    root = tmp_path / "images"
+    names = ["plain", "with space", "多.dots.in.name", "percent%20x", "tilde~1", "ünï"]
+    seed = 0
+    for cls in ["bird", "cat", "dog"]:
+        for i, name in enumerate(names):
+            folder = root / cls / ("deep/er" if i % 3 == 2 else "")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}.jpg").write_bytes(image_bytes(seed))
+            seed += 1
+        (root / cls / "mask.png").write_bytes(image_bytes(seed, "PNG"))
+        (root / cls / "plain.json").write_text(json.dumps({"cls": cls}))
+        (root / cls / "notes.txt").write_text(f"about {cls}\n")
+        (root / cls / "README").write_bytes(b"no extension")
+    return root
+
+
+def run(*args: str, expect: int = 0):
+    """Run the packer CLI in-process; asserts the exit code and returns the result."""
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == expect, result.output
+    return result
+
+
+def source_files(root: Path) -> dict[str, bytes]:
+    """Every non-hidden file under root, by relative path."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.parts)}

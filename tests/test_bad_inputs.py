@@ -1,0 +1,134 @@
+"""Bad inputs are never dropped silently and never crash the run."""
+
+import json
+import os
+
+import pytest
+
+from conftest import image_bytes, run
+from packer.dataset import iter_samples
+from packer.pack import PackOptions, pack
+
+
+@pytest.fixture
+def messy_folder(tmp_path):
+    root = tmp_path / "messy"
+    good = root / "good"
+    good.mkdir(parents=True)
+    for i in range(4):
+        (good / f"ok{i}.jpg").write_bytes(image_bytes(i))
+    (good / "ok.png").write_bytes(image_bytes(9, "PNG"))
+    jpeg, png = image_bytes(5), image_bytes(6, "PNG")
+    bad = root / "bad"
+    bad.mkdir()
+    (bad / "empty.jpg").write_bytes(b"")
+    (bad / "cut.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (bad / "cut.png").write_bytes(png[: len(png) - 20])
+    (bad / "text.jpg").write_text("this is not an image")
+    (bad / "broken.json").write_text("{not json")
+    (bad / "link.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (bad / "loop").symlink_to(root)
+    (bad / ".DS_Store").write_bytes(b"junk")
+    (bad / "Thumbs.db").write_bytes(b"junk")
+    (bad / ".hidden.jpg").write_bytes(jpeg)
+    return root
+
+
+EXPECTED = {
+    "bad/empty.jpg": "empty file",
+    "bad/cut.jpg": "truncated JPEG",
+    "bad/cut.png": "truncated PNG",
+    "bad/text.jpg": "not a JPEG",
+    "bad/broken.json": "invalid JSON",
+    "bad/link.jpg": "broken symlink",
+    "bad/loop": "symlink loop",
+}
+
+
+def test_every_bad_input_is_listed_with_its_reason(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    result = run("pack", messy_folder, "-o", out, "-q")
+    manifest = json.loads((out / "manifest.json").read_text())
+    reasons = {e["path"]: e["reason"] for e in manifest["skipped"]}
+    assert set(reasons) == set(EXPECTED)
+    for path, words in EXPECTED.items():
+        assert words in reasons[path], (path, reasons[path])
+        assert path in result.output
+    assert f"skipped {len(EXPECTED)} inputs" in result.output
+    assert {e["path"] for e in manifest["ignored"]} == {
+        "bad/.DS_Store", "bad/Thumbs.db", "bad/.hidden.jpg"}
+    assert "ignored 3 hidden or OS junk files" in result.output
+    assert manifest["count"] == 5
+    assert "symlinks: 2 followed" in result.output
+    assert "OK" in run("verify", out, "--against", messy_folder, "-q").output
+
+
+def test_decode_check_catches_what_the_header_check_misses(tmp_path):
+    root = tmp_path / "d"
+    root.mkdir()
+    jpeg = bytearray(image_bytes(1, size=(64, 64)))
+    sos = jpeg.rfind(b"\xff\xda")
+    jpeg[sos + 2:sos + 12] = b"\xff\xc4" * 5  # a bad marker inside the scan data
+    (root / "garbled.jpg").write_bytes(bytes(jpeg))
+    (root / "fine.jpg").write_bytes(image_bytes(2))
+    run("pack", root, "-o", tmp_path / "h", "-q")
+    assert len(list(iter_samples(tmp_path / "h"))) == 2
+    result = run("pack", root, "-o", tmp_path / "d2", "--check", "decode", "-q")
+    assert "garbled.jpg: cannot decode the image" in result.output
+
+
+def test_on_error_fail_names_the_file_and_leaves_nothing(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    result = run("pack", messy_folder, "-o", out, "--on-error", "fail", expect=1)
+    assert "broken symlink" in result.output or "bad/" in result.output
+    assert str(messy_folder / "bad") in result.output
+    assert not out.exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_no_follow_symlinks_lists_them(messy_folder, tmp_path):
+    (messy_folder / "good" / "alias.jpg").symlink_to(messy_folder / "good" / "ok0.jpg")
+    out = tmp_path / "out"
+    result = run("pack", messy_folder, "-o", out, "--no-follow-symlinks", "-q")
+    assert "not followed (--no-follow-symlinks)" in result.output
+    reasons = {e["path"]: e["reason"] for e in json.loads((out / "manifest.json").read_text())
+               ["skipped"]}
+    assert "not followed" in reasons["good/alias.jpg"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file_is_skipped(tmp_path):
+    root = tmp_path / "u"
+    root.mkdir()
+    (root / "a.jpg").write_bytes(image_bytes(1))
+    (root / "b.jpg").write_bytes(image_bytes(2))
+    (root / "b.jpg").chmod(0)
+    manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
+    assert manifest["skipped"] == [{"path": "b.jpg", "reason": "cannot read: Permission denied"}]
+
+
+def test_read_error_is_skipped(tmp_path, monkeypatch):
+    root = tmp_path / "u"
+    root.mkdir()
+    (root / "a.jpg").write_bytes(image_bytes(1))
+    (root / "b.jpg").write_bytes(image_bytes(2))
+    real_open = open
+
+    def failing_open(path, *args, **kwargs):
+        if str(path).endswith("b.jpg"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", failing_open)
+    manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
+    assert manifest["skipped"] == [{"path": "b.jpg", "reason": "cannot read: Permission denied"}]
+    assert manifest["count"] == 1
+
+
+def test_a_cls_file_clashing_with_folder_labels_is_listed(tmp_path):
+    root = tmp_path / "c"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.jpg").write_bytes(image_bytes(1))
+    (root / "cat" / "a.cls").write_text("7")
+    manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
+    assert manifest["skipped"][0]["path"] == "cat/a.cls"
+    assert [s["cls"] for s in iter_samples(tmp_path / "o")] == [0]

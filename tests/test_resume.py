@@ -1,0 +1,89 @@
+"""Deterministic output, atomic runs, and resuming after a kill."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run
+from packer.dataset import iter_samples
+from packer.formats import FORMAT_NAMES
+
+KILL_AFTER_TWO_PARTS = """
+import os, signal, sys
+import packer.pack
+save, calls = packer.pack._save_progress, []
+def save_then_die(*args):
+    save(*args)
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+packer.pack._save_progress = save_then_die
+packer.pack.BLOCK_COUNT = 3
+from packer.cli import cli
+cli(sys.argv[1:], prog_name="packer")
+"""
+
+
+def shard_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*.tar"))}
+
+
+def test_any_worker_count_gives_byte_identical_shards(image_folder, tmp_path):
+    run("pack", image_folder, "-o", tmp_path / "w1", "--max-count", "5", "-j", "1", "-q")
+    run("pack", image_folder, "-o", tmp_path / "w3", "--max-count", "5", "-j", "3", "-q")
+    one, three = shard_bytes(tmp_path / "w1"), shard_bytes(tmp_path / "w3")
+    assert len(one) > 2 and one == three
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+def test_any_worker_count_gives_identical_content(fmt, image_folder, tmp_path):
+    run("pack", image_folder, "--to", fmt, "-o", tmp_path / "w1", "-j", "1", "-q")
+    run("pack", image_folder, "--to", fmt, "-o", tmp_path / "w2", "-j", "2", "-q")
+    assert list(iter_samples(tmp_path / "w1")) == list(iter_samples(tmp_path / "w2"))
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setattr("packer.pack.BLOCK_COUNT", 3)  # as in the killed run
+    out = tmp_path / "killed"
+    args = ["pack", str(image_folder), "--to", fmt, "-o", str(out), "--max-count", "3", "-q"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists()
+    assert (tmp_path / "killed.partial" / "progress.json").exists()
+
+    refused = run(*args, expect=2)
+    assert "--resume" in refused.output
+    run(*args, "--resume")
+    assert not (tmp_path / "killed.partial").exists()
+
+    reference = tmp_path / "reference"
+    ref_args = ["pack", image_folder, "--to", fmt, "-o", reference, "--max-count", "3", "-q"]
+    run(*ref_args)
+    assert list(iter_samples(out)) == list(iter_samples(reference))
+    resumed = json.loads((out / "manifest.json").read_text())
+    expected = json.loads((reference / "manifest.json").read_text())
+    assert resumed["parts"] == expected["parts"] and resumed["count"] == expected["count"]
+    assert shard_bytes(out) == shard_bytes(reference)
+    assert "OK" in run("verify", out, "--against", image_folder, "-q").output
+
+
+def test_resume_refuses_a_changed_input(image_folder, tmp_path):
+    out = tmp_path / "killed"
+    args = ["pack", str(image_folder), "-o", str(out), "--max-count", "3", "-q"]
+    subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    (image_folder / "cat" / "plain.jpg").write_bytes(b"\xff\xd8\xffchanged\xff\xda\xff\xd9")
+    assert "changed since the interrupted run" in run(*args, "--resume", expect=2).output
+
+
+def test_existing_output_needs_overwrite(image_folder, tmp_path):
+    out = tmp_path / "o"
+    run("pack", image_folder, "-o", out, "-q")
+    assert "--overwrite" in run("pack", image_folder, "-o", out, expect=2).output
+    run("pack", image_folder, "-o", out, "--to", "lmdb", "--overwrite", "-q")
+    assert json.loads((out / "manifest.json").read_text())["format"] == "lmdb"
+    assert not list(out.glob("shard-*.tar"))
