@@ -165,7 +165,8 @@ def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOption
                 done_bytes += sample_size(sample)
             index += 1
         bar.update(len(results))
-        bar.set_postfix_str(f"{done_bytes / 1e6 / (time.perf_counter() - began):.1f} MB/s")
+        bar.set_postfix_str(f"{done_bytes / 1e6 / (time.perf_counter() - began):.1f} MB/s",
+                            refresh=False)
     bar.close()
     writer.close_part()
     tally.next_input = total

@@ -34,7 +34,8 @@ def pack_summary(manifest: dict, out: Path) -> dict:
 
 def pack_text(manifest: dict, out: Path) -> str:
     s = pack_summary(manifest, out)
-    unit = "shards" if manifest["format"] == "webdataset" else "parts"
+    unit = "shard" if manifest["format"] == "webdataset" else "part"
+    unit += "" if s["parts"] == 1 else "s"
     lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
@@ -66,7 +67,7 @@ def pack_text(manifest: dict, out: Path) -> str:
 def inspect_text(manifest: dict, path: Path) -> str:
     total = sum(p["bytes"] for p in manifest["parts"])
     lines = [f"{path}: {manifest['format']}, {manifest['count']:,} samples, {_mb(total)} "
-             f"in {len(manifest['parts'])} parts",
+             f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
              f"source: {manifest['source']['path']} (labels: {manifest['source']['labels']}), "
              f"packed by {manifest['tool']} on {manifest['created']}", "fields:"]
     for name, info in manifest["fields"].items():
