@@ -12,6 +12,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 
 from tqdm import tqdm
@@ -51,7 +52,7 @@ class PackOptions:
         kept = asdict(self)
         for name in ("workers", "resume", "overwrite", "progress"):
             kept.pop(name)
-        kept["labels"] = str(self.labels) if self.labels else None
+        kept["labels"] = str(self.labels.resolve()) if self.labels else None
         return kept
 
 
@@ -96,14 +97,13 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
 
 
 def _plan(scan: Scan, options: PackOptions) -> dict:
-    fields = {f: "bytes" for s in scan.samples for f, _ in s.files}
+    fields = dict.fromkeys(scan.fields, "bytes")
     if scan.label_source != "none":
         fields["cls"] = "int64"
-    listing = [(s.key, s.files, s.label, s.size) for s in scan.samples]
-    fingerprint = hashlib.sha256(json.dumps([listing, options.recorded()],
+    fingerprint = hashlib.sha256(json.dumps([scan.fingerprint, options.recorded()],
                                             default=str).encode()).hexdigest()
     return {"fields": dict(sorted(fields.items())), "classes": scan.classes,
-            "input_bytes": sum(s.size for s in scan.samples), "fingerprint": fingerprint}
+            "input_bytes": scan.input_bytes, "fingerprint": fingerprint}
 
 
 def _start(out: Path, plan: dict, options: PackOptions):
@@ -143,10 +143,16 @@ def _fail_on(entry: dict, root: Path) -> None:
                         "the manifest and goes on)")
 
 
+def _chunks(items, size: int):
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
 def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
-    start, total = tally.next_input, len(scan.samples)
-    chunks = ((str(scan.root), options.check, scan.samples[i:i + CHUNK])
-              for i in range(start, total, CHUNK))
+    start, total = tally.next_input, scan.count
+    chunks = ((str(scan.root), options.check, chunk)
+              for chunk in _chunks(islice(scan.samples(), start, None), CHUNK))
     bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
                desc=f"packing to {options.to}", dynamic_ncols=True)
     began, done_bytes = time.perf_counter(), 0
@@ -183,12 +189,12 @@ def _manifest(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions
         "parts": writer.parts,
         "source": {"kind": "files", "path": str(scan.root.resolve()),
                    "labels": scan.label_source, "labels_file": scan.labels_file,
-                   "samples": len(scan.samples), "bytes": plan["input_bytes"]},
+                   "samples": scan.count, "bytes": scan.input_bytes},
         "options": options.recorded(),
-        "skipped": sorted(scan.skipped + tally.skipped, key=lambda e: e["path"]),
-        "ignored": scan.ignored,
-        "symlinks": {"followed": options.follow_symlinks, "count": scan.symlinks},
-        "shared_stems": scan.shared_stems,
+        "skipped": sorted(scan.notes.skipped + tally.skipped, key=lambda e: e["path"]),
+        "ignored": scan.notes.ignored,
+        "symlinks": {"followed": options.follow_symlinks, "count": scan.notes.symlinks},
+        "shared_stems": scan.notes.shared_stems,
         "unmatched_labels": scan.unmatched_labels,
     }
 
@@ -210,11 +216,11 @@ def pack(source: Path, out: Path, options: PackOptions) -> dict:
     scan = scan_folder(source, labels=options.labels, unlabelled=options.unlabelled,
                        group_by_stem=options.group_by_stem,
                        follow_symlinks=options.follow_symlinks)
-    if scan.skipped and options.on_error == "fail":
-        _fail_on(scan.skipped[0], scan.root)
-    if not scan.samples:
-        raise PackerError(f"{source}: nothing to pack ({len(scan.skipped)} skipped, "
-                          f"{len(scan.ignored)} hidden or junk files)")
+    if scan.notes.skipped and options.on_error == "fail":
+        _fail_on(scan.notes.skipped[0], scan.root)
+    if not scan.count:
+        raise PackerError(f"{source}: nothing to pack ({len(scan.notes.skipped)} skipped, "
+                          f"{len(scan.notes.ignored)} hidden or junk files)")
     plan = _plan(scan, options)
     writer, tally = _start(out, plan, options)
     began = time.perf_counter()

@@ -71,10 +71,10 @@ class _Against:
                            group_by_stem=options["group_by_stem"],
                            follow_symlinks=options["follow_symlinks"])
         listed = {e["path"] for e in manifest["skipped"] + manifest["ignored"]}
-        listed |= {e["path"] for e in scan.skipped + scan.ignored}
-        present = {p for s in scan.samples for _, p in s.files}
+        listed |= {e["path"] for e in scan.notes.skipped + scan.notes.ignored}
         return [f"{p}: in the source but neither packed nor listed as skipped"
-                for p in sorted(present - self.seen - listed)]
+                for s in scan.samples() for _, p in s.files
+                if p not in self.seen and p not in listed]
 
 
 def verify(dataset: Path, against: Path | None = None, progress: bool = True) -> dict:

@@ -132,3 +132,12 @@ def test_unlabelled_and_group_by_stem(tmp_path):
     grouped = list(iter_samples(tmp_path / "grouped"))
     assert [sorted(s) for s in grouped] == [["__key__", "jpg", "png"]] * 3
     assert np.frombuffer(grouped[0]["png"], np.uint8).size > 0
+
+
+def test_lmdb_map_grows_past_a_small_start(image_folder, tmp_path, monkeypatch):
+    monkeypatch.setattr("packer.formats.lmdb.initial_map_size", lambda input_bytes: 32 << 10)
+    out = tmp_path / "grown.lmdb"
+    run("pack", image_folder, "--to", "lmdb", "-o", out, "-q")
+    env = lmdb.open(str(out), readonly=True, lock=False)
+    assert env.info()["map_size"] > 32 << 10
+    assert "OK" in run("verify", out, "--against", image_folder, "-q").output

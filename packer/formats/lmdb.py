@@ -27,6 +27,11 @@ META_KEY = b"__meta__"
 KEY_FORMAT = "%010d"
 
 
+def initial_map_size(input_bytes: int) -> int:
+    """Room for the input plus encoding overhead; `_commit` doubles it when full."""
+    return max(64 << 20, int(input_bytes * 1.25))
+
+
 def sample_key(index: int) -> bytes:
     return b"%010d" % index
 
@@ -38,8 +43,8 @@ def decode_value(value: bytes) -> dict:
 class LmdbWriter(Writer):
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
         super().__init__(folder, plan, max_part_bytes, max_part_count)
-        map_size = max(64 << 20, int(plan.get("input_bytes", 0) * 1.25))
-        self.env = lmdb.open(str(folder), map_size=map_size, subdir=True, meminit=False)
+        self.env = lmdb.open(str(folder), map_size=initial_map_size(plan["input_bytes"]),
+                             subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
     def _encode(self, sample: dict) -> bytes:
