@@ -27,8 +27,7 @@ def plain_read(fmt: str, out) -> list[dict]:
             samples.append({"__key__": s["__key__"], **fields})
         return samples
     if fmt == "lmdb":
-        env = lmdb.open(str(out), readonly=True, lock=False)
-        with env.begin() as txn:
+        with lmdb.open(str(out), readonly=True, lock=False) as env, env.begin() as txn:
             meta = json.loads(txn.get(b"__meta__"))
             return [msgpack.unpackb(txn.get(b"%010d" % i)) for i in range(meta["count"])]
     with h5py.File(out / "data.h5", "r") as f:
@@ -140,4 +139,5 @@ def test_lmdb_map_grows_past_a_small_start(image_folder, tmp_path, monkeypatch):
     run("pack", image_folder, "--to", "lmdb", "-o", out, "-q")
     env = lmdb.open(str(out), readonly=True, lock=False)
     assert env.info()["map_size"] > 32 << 10
+    env.close()
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output
