@@ -1,3 +1,19 @@
-"""packer: pack the data people really have into WebDataset, LMDB or HDF5."""
+"""packer: pack the data people really have into WebDataset, LMDB or HDF5.
+
+The Python API mirrors the CLI:
+
+    import packer
+    manifest = packer.pack("images", "images-wds", packer.PackOptions(to="webdataset"))
+    report = packer.verify("images-wds", against="images")
+    for sample in packer.iter_samples("images-wds"): ...
+"""
 
 __version__ = "0.1.0"
+
+from packer.dataset import iter_samples  # noqa: E402
+from packer.manifest import load_manifest  # noqa: E402
+from packer.packing import PackOptions, pack  # noqa: E402
+from packer.unpack import unpack  # noqa: E402
+from packer.verify import verify  # noqa: E402
+
+__all__ = ["PackOptions", "iter_samples", "load_manifest", "pack", "unpack", "verify"]

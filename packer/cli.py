@@ -117,8 +117,8 @@ def pack(source, out, as_json, quiet, **options):
       packer pack ./flat --labels labels.csv --to lmdb -o ./flat.lmdb
       packer pack ./scans --group-by-stem --to hdf5 -o ./scans.h5
     """
-    from packer.pack import PackOptions
-    from packer.pack import pack as run_pack
+    from packer.packing import PackOptions
+    from packer.packing import pack as run_pack
 
     manifest = run_pack(source, out, PackOptions(**options, progress=not quiet))
     if as_json:

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import image_bytes, run
 from packer.dataset import iter_samples
-from packer.pack import PackOptions, pack
+from packer.packing import PackOptions, pack
 
 
 @pytest.fixture

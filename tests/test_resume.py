@@ -13,15 +13,15 @@ from packer.formats import FORMAT_NAMES
 
 KILL_AFTER_TWO_PARTS = """
 import os, signal, sys
-import packer.pack
-save, calls = packer.pack._save_progress, []
+import packer.packing
+save, calls = packer.packing._save_progress, []
 def save_then_die(*args):
     save(*args)
     calls.append(1)
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGKILL)
-packer.pack._save_progress = save_then_die
-packer.pack.BLOCK_COUNT = 3
+packer.packing._save_progress = save_then_die
+packer.packing.BLOCK_COUNT = 3
 from packer.cli import cli
 cli(sys.argv[1:], prog_name="packer")
 """
@@ -48,7 +48,7 @@ def test_any_worker_count_gives_identical_content(fmt, image_folder, tmp_path):
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder, tmp_path,
                                                               monkeypatch):
-    monkeypatch.setattr("packer.pack.BLOCK_COUNT", 3)  # as in the killed run
+    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
     out = tmp_path / "killed"
     args = ["pack", str(image_folder), "--to", fmt, "-o", str(out), "--max-count", "3", "-q"]
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
