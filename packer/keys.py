@@ -8,15 +8,19 @@ packed as separate samples, their keys become `STEM~EXT`, and `~EXT` is dropped
 again when the path is restored.
 """
 
+import re
 from urllib.parse import unquote
 
 _ESCAPED = {"%", ".", "~"}
+_NEEDS_ESCAPE = re.compile("[%.~\udc80-\udcff]")
 _DISAMBIGUATOR = "~"
 NO_EXTENSION_FIELD = "_"  # the field of a file that has no extension
 
 
 def encode_key(stem_path: str) -> str:
     """`cats/my.photo 1` -> `cats/my%2Ephoto 1`; the inverse is `decode_key`."""
+    if not _NEEDS_ESCAPE.search(stem_path):
+        return stem_path
     out = []
     for char in stem_path:
         code = ord(char)

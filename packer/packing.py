@@ -20,13 +20,13 @@ from tqdm import tqdm
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
-from packer.formats.base import KEY, LAYOUT_VERSION, sample_size
+from packer.formats.base import LAYOUT_VERSION, Chunk, Encoded, chunk_items, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
-from packer.sources.files import Scan, read_chunk, scan_folder
+from packer.sources.files import SampleSource, Scan, read_sample, scan_folder
 
 PROGRESS_NAME = "progress.json"
-CHUNK = 64  # samples per unit of worker work
+CHUNK = 256  # samples per unit of worker work
 BLOCK_BYTES = 64 << 20  # an LMDB/HDF5 part (one commit) holds at most this much ...
 BLOCK_COUNT = 10_000  # ... or this many samples
 
@@ -66,16 +66,14 @@ class Tally:
     class_counts: list = field(default_factory=list)
     input_bytes: int = 0
 
-    def add(self, sample: dict) -> None:
-        for name, value in sample.items():
-            if name == KEY:
-                continue
+    def add(self, item: Encoded) -> None:
+        for name, size in item.field_sizes:
             entry = self.fields.setdefault(name, {"count": 0, "bytes": 0})
             entry["count"] += 1
-            entry["bytes"] += 0 if isinstance(value, int) else len(value)
-        self.input_bytes += sample_size(sample)
-        if "cls" in sample and self.class_counts:
-            self.class_counts[sample["cls"]] += 1
+            entry["bytes"] += size
+            self.input_bytes += size
+        if item.label is not None:
+            self.class_counts[item.label] += 1
 
 
 def check_paths(source: Path, out: Path, options: PackOptions) -> None:
@@ -143,6 +141,12 @@ def _fail_on(entry: dict, root: Path) -> None:
                         "the manifest and goes on)")
 
 
+def _pack_chunk(job: tuple[str, str, str, list[SampleSource]]) -> Chunk:
+    """Read, check and encode a run of samples: the unit of work of a worker."""
+    root, check, fmt, sources = job
+    return encode_chunk([read_sample(root, s, check) for s in sources], format_module(fmt))
+
+
 def _chunks(items, size: int):
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
@@ -151,28 +155,27 @@ def _chunks(items, size: int):
 
 def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
     start, total = tally.next_input, scan.count
-    chunks = ((str(scan.root), options.check, chunk)
+    chunks = ((str(scan.root), options.check, options.to, chunk)
               for chunk in _chunks(islice(scan.samples(), start, None), CHUNK))
     bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
                desc=f"packing to {options.to}", dynamic_ncols=True)
-    began, done_bytes = time.perf_counter(), 0
+    began, first_bytes = time.perf_counter(), tally.input_bytes
     index = start
-    for results in ordered_map(read_chunk, chunks, options.workers):
-        for sample, skipped in results:
+    for chunk in ordered_map(_pack_chunk, chunks, options.workers):
+        for item, skipped in chunk_items(chunk):
             if skipped:
                 if options.on_error == "fail":
                     _fail_on(skipped[0], scan.root)
                 tally.skipped += skipped
             else:
-                if writer.add(sample):
+                if writer.add(item):
                     tally.next_input = index
                     _save_progress(writer, tally, plan)
-                tally.add(sample)
-                done_bytes += sample_size(sample)
+                tally.add(item)
             index += 1
-        bar.update(len(results))
-        bar.set_postfix_str(f"{done_bytes / 1e6 / (time.perf_counter() - began):.1f} MB/s",
-                            refresh=False)
+        bar.update(chunk.count)
+        rate = (tally.input_bytes - first_bytes) / 1e6 / (time.perf_counter() - began)
+        bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
     bar.close()
     writer.close_part()
     tally.next_input = total

@@ -111,14 +111,14 @@ def test_read_error_is_skipped(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.jpg").write_bytes(image_bytes(1))
     (root / "b.jpg").write_bytes(image_bytes(2))
-    real_open = open
+    from packer.sources.files import read_file
 
-    def failing_open(path, *args, **kwargs):
-        if str(path).endswith("b.jpg"):
+    def failing_read(path):
+        if path.endswith("b.jpg"):
             raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
+        return read_file(path)
 
-    monkeypatch.setattr("builtins.open", failing_open)
+    monkeypatch.setattr("packer.sources.files.read_file", failing_read)
     manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
     assert manifest["skipped"] == [{"path": "b.jpg", "reason": "cannot read: Permission denied"}]
     assert manifest["count"] == 1

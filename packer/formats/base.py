@@ -1,18 +1,43 @@
-"""What every format shares: samples, parts, digests.
+"""What every format shares: samples, encoded samples, parts, digests.
 
-A sample is a dict `{"__key__": str, FIELD: bytes, ..., "cls": int}`. A writer
-receives samples in order and groups them into parts: a tar shard, or a block of
-samples committed together in LMDB or HDF5. A closed part is durable on disk, so
-an interrupted run resumes after the last closed part. Each part records its
-sample count and `samples_sha256`, a digest of its samples that does not depend
-on the format, so the same samples give the same digests in every format.
+A sample is a dict `{"__key__": str, FIELD: bytes, ..., "cls": int}`. The packing
+workers encode runs of samples with the format's `encode(sample) -> bytes` into a
+`Chunk`; the writer receives the samples in order and groups them into parts: a
+tar shard, or a block of samples committed together in LMDB or HDF5. A closed part
+is durable on disk, so an interrupted run resumes after the last closed part.
+Each part records its sample count and a checksum: a tar shard the sha256 of its
+file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
+(`sample_digest`), which does not depend on the format.
 """
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 KEY = "__key__"
 LAYOUT_VERSION = 1
+
+
+class Encoded(NamedTuple):
+    data: bytes | memoryview  # the format's encoding of the sample
+    size: int  # bytes the sample adds to its part
+    digest: bytes | None  # sample_digest(sample), where the format records them
+    field_sizes: tuple  # ((field, bytes), ...) for the manifest's field counts
+    label: int | None
+
+
+class Chunk(NamedTuple):
+    """A worker's output for a run of samples, pickled once: the encoded samples
+    back to back, and per good sample its length, digest, field sizes and label."""
+
+    blob: bytes
+    lengths: list[int]
+    digests: bytes  # 32 bytes per sample, or empty where the format keeps none
+    field_sizes: list[tuple]
+    labels: list
+    skipped: dict[int, list]  # position in the run -> skip entries
+    count: int  # samples in the run, skipped ones included
 
 
 def field_bytes(value) -> bytes:
@@ -20,29 +45,59 @@ def field_bytes(value) -> bytes:
     return str(value).encode() if isinstance(value, int) else bytes(value)
 
 
-def update_digest(digest, sample: dict) -> None:
-    digest.update(sample[KEY].encode() + b"\0")
+def sample_digest(sample: dict) -> bytes:
+    """sha256 of the key, then each field's name, length and bytes in name order."""
+    parts = [sample[KEY].encode(), b"\0"]
     for name in sorted(k for k in sample if k != KEY):
         data = field_bytes(sample[name])
-        digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little"))
-        digest.update(data)
+        parts += (name.encode(), b"\0", len(data).to_bytes(8, "little"), data)
+    return hashlib.sha256(b"".join(parts)).digest()
 
 
-def sample_size(sample: dict) -> int:
-    return sum(len(field_bytes(v)) for k, v in sample.items() if k != KEY)
+def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
+    """Encode a run of read samples (or their skip entries) with a format `module`."""
+    chunk = Chunk(b"", [], b"", [], [], {}, len(outcomes))
+    encoded, digests = [], []
+    for position, (sample, skipped) in enumerate(outcomes):
+        if sample is None:
+            chunk.skipped[position] = skipped
+            continue
+        data = module.encode(sample)
+        encoded.append(data)
+        chunk.lengths.append(len(data))
+        if module.SAMPLE_DIGESTS:
+            digests.append(sample_digest(sample))
+        chunk.field_sizes.append(tuple((k, 0 if isinstance(v, int) else len(v))
+                                       for k, v in sample.items() if k != KEY))
+        chunk.labels.append(sample.get("cls"))
+    return chunk._replace(blob=b"".join(encoded), digests=b"".join(digests))
+
+
+def chunk_items(chunk: Chunk) -> Iterator[tuple[Encoded | None, list]]:
+    """(encoded sample, []) or (None, skip entries) for each sample of the run."""
+    view, offset, good = memoryview(chunk.blob), 0, 0
+    for position in range(chunk.count):
+        if position in chunk.skipped:
+            yield None, chunk.skipped[position]
+            continue
+        size = chunk.lengths[good]
+        digest = chunk.digests[32 * good:32 * good + 32] or None
+        yield Encoded(view[offset:offset + size], size, digest, chunk.field_sizes[good],
+                      chunk.labels[good]), []
+        offset += size
+        good += 1
 
 
 class Writer:
-    """Part bookkeeping for a format; subclasses encode and store samples.
+    """Part bookkeeping for a format; subclasses store encoded samples.
 
-    Subclasses implement `_encode(sample)`, `_encoded_size(encoded)`,
-    `_store(encoded)`, `_seal_part(part)` (make the part durable and add
-    format details to its record), `truncate(count)` and `finish(manifest)`.
+    Subclasses implement `_store(data)`, `_seal_part(part)` (make the part durable
+    and add format details to its record), `truncate(count)` and `finish(manifest)`.
     """
 
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
         self.folder = folder
-        self.plan = plan  # fields (name -> dtype), classes
+        self.plan = plan  # fields (name -> dtype), classes, input_bytes
         self.max_part_bytes = max_part_bytes
         self.max_part_count = max_part_count
         self.parts: list[dict] = []
@@ -50,25 +105,23 @@ class Writer:
         self._open_part: dict | None = None
         self._digest = None
 
-    def add(self, sample: dict) -> dict | None:
+    def add(self, item: Encoded) -> dict | None:
         """Store one sample; returns the record of a part closed to make room, if any."""
-        encoded = self._encode(sample)
-        size = self._encoded_size(encoded)
-        closed = None
-        if self._open_part and (
-            self._open_part["bytes"] + size > self.max_part_bytes
-            or self._open_part["count"] >= self.max_part_count
-        ):
+        part, closed = self._open_part, None
+        if part and (part["bytes"] + item.size > self.max_part_bytes
+                     or part["count"] >= self.max_part_count):
             closed = self.close_part()
-        if self._open_part is None:
-            self._open_part = {"index": len(self.parts), "first": self.count,
-                               "count": 0, "bytes": 0}
-            self._digest = hashlib.sha256()
-            self._begin_part(self._open_part)
-        self._store(encoded)
-        update_digest(self._digest, sample)
-        self._open_part["count"] += 1
-        self._open_part["bytes"] += size
+            part = None
+        if part is None:
+            part = self._open_part = {"index": len(self.parts), "first": self.count,
+                                      "count": 0, "bytes": 0}
+            self._digest = hashlib.sha256() if item.digest else None
+            self._begin_part(part)
+        self._store(item.data)
+        if self._digest is not None:
+            self._digest.update(item.digest)
+        part["count"] += 1
+        part["bytes"] += item.size
         self.count += 1
         return closed
 
@@ -77,7 +130,8 @@ class Writer:
         part, self._open_part = self._open_part, None
         if part is None:
             return None
-        part["samples_sha256"] = self._digest.hexdigest()
+        if self._digest is not None:
+            part["samples_sha256"] = self._digest.hexdigest()
         self._seal_part(part)
         self.parts.append(part)
         return part

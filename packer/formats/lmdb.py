@@ -40,6 +40,13 @@ def decode_value(value: bytes) -> dict:
     return msgpack.unpackb(value, raw=False)
 
 
+SAMPLE_DIGESTS = True
+
+
+def encode(sample: dict) -> bytes:
+    return msgpack.packb(sample, use_bin_type=True)
+
+
 class LmdbWriter(Writer):
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
         super().__init__(folder, plan, max_part_bytes, max_part_count)
@@ -47,14 +54,8 @@ class LmdbWriter(Writer):
                              subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
-    def _encode(self, sample: dict) -> bytes:
-        return msgpack.packb(sample, use_bin_type=True)
-
-    def _encoded_size(self, encoded: bytes) -> int:
-        return len(encoded)
-
-    def _store(self, encoded: bytes) -> None:
-        self._pending.append((sample_key(self.count), encoded))
+    def _store(self, encoded) -> None:
+        self._pending.append((sample_key(self.count), bytes(encoded)))
 
     def _seal_part(self, part: dict) -> None:
         self._commit(self._pending)

@@ -13,7 +13,6 @@ file count. Reading and checking the bytes happen later, in the packing workers.
 """
 
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Iterator
@@ -68,10 +67,12 @@ class Scan:
     notes: Notes = field(default_factory=Notes)
     unmatched_labels: list[str] = field(default_factory=list)
 
-    def samples(self, notes: Notes | None = None) -> Iterator[SampleSource]:
-        """Every sample in order; what is skipped on the way goes to `notes`."""
+    def samples(self, notes: Notes | None = None, sizes: bool = False) -> Iterator[SampleSource]:
+        """Every sample in order; what is skipped on the way goes to `notes`. Without
+        `sizes`, regular files are not stat'ed and sample sizes are left at 0."""
         notes = notes if notes is not None else Notes()
-        for folder, files in _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes):
+        walk = _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes, sizes)
+        for folder, files in walk:
             yield from self._folder_samples(folder, files, notes)
 
     def _folder_samples(self, folder: str, files: list, notes: Notes) -> list[SampleSource]:
@@ -89,25 +90,31 @@ class Scan:
             notes.shared_stems.append(stem_path)
             samples += [_sample(disambiguate(key, m[0]), [m]) for m in members]
         samples.sort(key=lambda s: s.key)
-        return [s for s in samples if self._label(s, notes)]
-
-    def _label(self, sample: SampleSource, notes: Notes) -> bool:
-        """Give the sample its label; False if it has none and is skipped."""
         if self.label_source == "none":
-            return True
+            return samples
+        if any(f.lower() == "cls" for s in samples for f, _ in s.files):
+            samples = self._drop_cls_files(samples, notes)
+        if self.labels is None:  # ImageFolder: the folder's top component is the class
+            label = self.class_ids[folder.split("/", 1)[0]]
+            for sample in samples:
+                sample.label = label
+            return samples
+        return [s for s in samples if self._label_from_file(s, notes)]
+
+    def _drop_cls_files(self, samples: list[SampleSource], notes: Notes) -> list:
+        """A `.cls` file would clash with the label the layout gives; list it as skipped."""
         origin = "the class folder" if self.labels is None else Path(self.labels_file).name
-        clashing = [p for f, p in sample.files if f.lower() == "cls"]
-        notes.skipped += [{"path": p, "reason": f"a .cls file, but the label comes from "
-                           f"{origin}"} for p in clashing]
-        sample.files = [(f, p) for f, p in sample.files if f.lower() != "cls"]
-        if not sample.files:
-            return False
-        if self.labels is None:
-            sample.label = self.class_ids[sample.files[0][1].split("/", 1)[0]]
-            return True
+        for sample in samples:
+            notes.skipped += [{"path": p, "reason": f"a .cls file, but the label comes from "
+                               f"{origin}"} for f, p in sample.files if f.lower() == "cls"]
+            sample.files = [(f, p) for f, p in sample.files if f.lower() != "cls"]
+        return [s for s in samples if s.files]
+
+    def _label_from_file(self, sample: SampleSource, notes: Notes) -> bool:
+        """Label the sample from the labels file; False if it has no row there."""
         names = [p for _, p in sample.files if p in self.labels]
         if not names:
-            notes.skipped += [{"path": p, "reason": f"no label in {origin}"}
+            notes.skipped += [{"path": p, "reason": f"no label in {Path(self.labels_file).name}"}
                               for _, p in sample.files]
             return False
         notes.labelled.update(names)
@@ -128,7 +135,8 @@ def _is_junk(name: str) -> bool:
     return name.startswith(".") or name.lower() in JUNK_NAMES
 
 
-def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> Iterator:
+def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes,
+          sizes: bool) -> Iterator:
     """(relative folder with trailing slash, [(file name, size)]) for each folder."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -142,6 +150,9 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> I
             notes.ignored.append({"path": rel_path, "reason": "hidden file or OS junk"})
             continue
         if rel_path in scan.exclude:
+            continue
+        if not sizes and entry.is_file(follow_symlinks=False):  # known from the listing
+            files.append((entry.name, 0))
             continue
         info = _entry_stat(scan.follow_symlinks, entry, rel_path, notes)
         if info is None:
@@ -158,11 +169,12 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> I
         else:
             notes.skipped.append({"path": rel_path, "reason": "not a regular file "
                                   "(a pipe, socket or device)"})
+    del entries  # a big folder's entries hold stat results; free them before going on
     if files:
         yield rel, files
     for entry, dir_id in subfolders:
         yield from _walk(scan, Path(entry.path), f"{rel}{entry.name}/", ancestors | {dir_id},
-                         notes)
+                         notes, sizes)
 
 
 def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
@@ -209,12 +221,16 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
         if scan.classes:
             scan.label_source = "folders"
             scan.class_ids = {name: i for i, name in enumerate(scan.classes)}
-    digest = hashlib.sha256()
-    for sample in scan.samples(scan.notes):
+    digest, listing = hashlib.sha256(), []
+    for sample in scan.samples(scan.notes, sizes=True):
         scan.count += 1
         scan.input_bytes += sample.size
         scan.fields.update(f for f, _ in sample.files)
-        digest.update(json.dumps([sample.key, sample.files, sample.label, sample.size]).encode())
+        listing.append((sample.key, sample.files, sample.label, sample.size))
+        if len(listing) == 1000:
+            digest.update(repr(listing).encode("utf-8", "surrogateescape"))
+            listing = []
+    digest.update(repr(listing).encode("utf-8", "surrogateescape"))
     scan.fingerprint = digest.hexdigest()
     scan.notes.ignored += [{"path": p, "reason": "the labels file"} for p in sorted(scan.exclude)]
     scan.notes.skipped.sort(key=lambda entry: entry["path"])
@@ -223,13 +239,26 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     return scan
 
 
-def read_sample(root: Path, source: SampleSource, check: str) -> tuple[dict | None, list]:
+def read_file(path: str) -> bytes:
+    """A whole file, in as few system calls as a small file allows."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        chunks = [os.read(fd, size + 1)]
+        if len(chunks[0]) != size:  # grown since the stat, or a short read of a big file
+            while chunk := os.read(fd, 1 << 24):
+                chunks.append(chunk)
+        return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+    finally:
+        os.close(fd)
+
+
+def read_sample(root: str, source: SampleSource, check: str) -> tuple[dict | None, list]:
     """The sample's bytes as a dict, or None and the skip entries of its files."""
     sample: dict = {"__key__": source.key}
     for field_name, rel_path in source.files:
         try:
-            with open(root / rel_path, "rb") as file:
-                data = file.read()
+            data = read_file(f"{root}/{rel_path}")
         except OSError as err:
             reason = f"cannot read: {err.strerror}"
         else:
@@ -242,9 +271,3 @@ def read_sample(root: Path, source: SampleSource, check: str) -> tuple[dict | No
     if source.label is not None:
         sample["cls"] = source.label
     return sample, []
-
-
-def read_chunk(job: tuple[str, str, list[SampleSource]]) -> list[tuple[dict | None, list]]:
-    """`read_sample` over a chunk; the unit of work of a packing worker."""
-    root, check, sources = job
-    return [read_sample(Path(root), source, check) for source in sources]

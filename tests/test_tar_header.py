@@ -1,0 +1,21 @@
+import random
+import string
+
+import pytest
+
+from packer.formats.webdataset import _header, _tarfile_header
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fast_header_equals_tarfiles(seed):
+    rng = random.Random(seed)
+    for _ in range(200):
+        name = "".join(rng.choices(string.printable[:94] + " ", k=rng.randint(1, 100)))
+        size = rng.choice([0, 1, 511, 512, rng.randint(0, 8**11 - 1)])
+        assert _header(name, size) == _tarfile_header(name, size), (name, size)
+
+
+@pytest.mark.parametrize("name", ["x" * 101 + ".jpg", "ünï.jpg", "a/" * 60 + "b.png"])
+def test_long_and_unicode_names_get_pax_headers(name):
+    assert _header(name, 5) == _tarfile_header(name, 5)
+    assert len(_header(name, 5)) > 512
