@@ -10,8 +10,6 @@ import json
 
 CHECK_MODES = ("header", "decode", "none")
 
-_IMAGE_FIELDS = {"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"}
-
 
 def _hex(data: bytes) -> str:
     return data[:8].hex(" ").upper() or "nothing"
@@ -91,11 +89,15 @@ _CHEAP_CHECKS = {
 }
 
 
-def _decode_image(data: bytes) -> str | None:
+_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WEBP",
+                "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF"}
+
+
+def _decode_image(data: bytes, kind: str) -> str | None:
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[kind]]) as image:
             image.load()
     except Exception as err:  # PIL raises many types for bad data; each is a skip reason
         return f"cannot decode the image: {err}"
@@ -111,6 +113,6 @@ def check_file(field: str, data: bytes, mode: str) -> str | None:
     kind = field.lower()
     check = _CHEAP_CHECKS.get(kind)
     reason = check(data) if check else None
-    if reason is None and mode == "decode" and kind in _IMAGE_FIELDS:
-        reason = _decode_image(data)
+    if reason is None and mode == "decode" and kind in _PIL_FORMATS:
+        reason = _decode_image(data, kind)
     return reason

@@ -8,6 +8,7 @@ part and ends with exactly what an uninterrupted run writes.
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,10 +24,11 @@ from packer.formats import format_module
 from packer.formats.base import LAYOUT_VERSION, Chunk, Encoded, chunk_items, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
-from packer.sources.files import SampleSource, Scan, read_sample, scan_folder
+from packer.sources.files import Scan, read_file, read_sample, scan_folder
 
 PROGRESS_NAME = "progress.json"
-CHUNK = 256  # samples per unit of worker work
+SPOOL_NAME = "spool"
+CHUNK = 512  # samples per unit of worker work
 BLOCK_BYTES = 64 << 20  # an LMDB/HDF5 part (one commit) holds at most this much ...
 BLOCK_COUNT = 10_000  # ... or this many samples
 
@@ -141,10 +143,27 @@ def _fail_on(entry: dict, root: Path) -> None:
                         "the manifest and goes on)")
 
 
-def _pack_chunk(job: tuple[str, str, str, list[SampleSource]]) -> Chunk:
-    """Read, check and encode a run of samples: the unit of work of a worker."""
-    root, check, fmt, sources = job
-    return encode_chunk([read_sample(root, s, check) for s in sources], format_module(fmt))
+def _pack_chunk(job: tuple) -> Chunk:
+    """Read, check and encode a run of samples: the unit of work of a worker.
+
+    A worker process writes the encoded bytes to a spool file instead of returning
+    them: a pipe would copy every byte several times in the main process.
+    """
+    root, check, fmt, sources, spool = job
+    chunk = encode_chunk([read_sample(root, s, check) for s in sources], format_module(fmt))
+    if spool is None:
+        return chunk
+    with open(spool, "wb") as file:
+        file.write(chunk.blob)
+    return chunk._replace(blob=b"", spool=spool)
+
+
+def _unspool(chunk: Chunk) -> Chunk:
+    if chunk.spool is None:
+        return chunk
+    blob = read_file(chunk.spool)
+    os.unlink(chunk.spool)
+    return chunk._replace(blob=blob, spool=None)
 
 
 def _chunks(items, size: int):
@@ -155,13 +174,18 @@ def _chunks(items, size: int):
 
 def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
     start, total = tally.next_input, scan.count
-    chunks = ((str(scan.root), options.check, options.to, chunk)
-              for chunk in _chunks(islice(scan.samples(), start, None), CHUNK))
+    spool = writer.folder / SPOOL_NAME
+    shutil.rmtree(spool, ignore_errors=True)
+    spool.mkdir()
+    runs = _chunks(islice(scan.samples(), start, None), CHUNK)
+    jobs = ((str(scan.root), options.check, options.to, run,
+             str(spool / f"{n:08d}") if options.workers > 1 else None)
+            for n, run in enumerate(runs))
     bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
                desc=f"packing to {options.to}", dynamic_ncols=True)
     began, first_bytes = time.perf_counter(), tally.input_bytes
     index = start
-    for chunk in ordered_map(_pack_chunk, chunks, options.workers):
+    for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
         for item, skipped in chunk_items(chunk):
             if skipped:
                 if options.on_error == "fail":
@@ -178,6 +202,7 @@ def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOption
         bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
     bar.close()
     writer.close_part()
+    spool.rmdir()
     tally.next_input = total
 
 

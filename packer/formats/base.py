@@ -38,6 +38,7 @@ class Chunk(NamedTuple):
     labels: list
     skipped: dict[int, list]  # position in the run -> skip entries
     count: int  # samples in the run, skipped ones included
+    spool: str | None = None  # a file holding `blob`, when it crossed from a worker
 
 
 def field_bytes(value) -> bytes:

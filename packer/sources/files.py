@@ -83,6 +83,10 @@ class Scan:
         samples = []
         for stem_path, members in groups.items():
             key = encode_key(stem_path)
+            if len(members) == 1:  # the common case, kept short: it runs for every file
+                field_name, path, size = members[0]
+                samples.append(SampleSource(key, [(field_name, path)], size=size))
+                continue
             main_files = [m for m in members if m[0].lower() not in SIDECAR_FIELDS]
             if self.group_by_stem or len(main_files) <= 1:
                 samples.append(_sample(key, members))
