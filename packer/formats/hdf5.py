@@ -13,6 +13,7 @@ so memory does not grow with the dataset.
 """
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,29 +102,58 @@ class Hdf5Writer(Writer):
         self.file.close()
 
 
+class Reader:
+    """Runs of samples as slices of every dataset; the file is opened once per
+    process, lazily, so forked workers never share an HDF5 handle."""
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.path, self.names = folder / FILE_NAME, list(manifest["fields"])
+        self.firsts = [p["first"] for p in manifest["parts"]]
+        self._file, self._pid = None, None
+
+    def _open(self) -> h5py.File:
+        if self._pid != os.getpid():
+            try:
+                self._file = h5py.File(self.path, "r")
+            except OSError as err:
+                raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
+            self._pid = os.getpid()
+        return self._file
+
+    def read(self, part: int, start: int, count: int) -> list[dict]:
+        file, first = self._open(), self.firsts[part] + start
+        keys = file[KEY][first:first + count]
+        columns = [(name, file[name][first:first + count]) for name in self.names]
+        samples = []
+        for row, key in enumerate(keys):
+            sample = {KEY: key.decode("utf-8")}
+            for name, column in columns:
+                value = column[row]
+                if isinstance(value, np.ndarray):
+                    if value.size:
+                        sample[name] = value.tobytes()
+                else:
+                    sample[name] = int(value)
+            samples.append(sample)
+        return samples
+
+    def close(self) -> None:
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+
+
+def reader(folder: Path, manifest: dict) -> Reader:
+    return Reader(folder, manifest)
+
+
 def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    path = folder / FILE_NAME
+    source = Reader(folder, manifest)
     try:
-        file = h5py.File(path, "r")
-    except OSError as err:
-        raise DatasetError(f"{path}: cannot open the HDF5 file: {err}") from None
-    with file:
-        names = list(manifest["fields"])
-        end = part["first"] + part["count"]
-        for start in range(part["first"], end, _CHUNK):
-            stop = min(start + _CHUNK, end)
-            keys = file[KEY][start:stop]
-            columns = {name: file[name][start:stop] for name in names}
-            for row, key in enumerate(keys):
-                sample = {KEY: key.decode("utf-8")}
-                for name in names:
-                    value = columns[name][row]
-                    if isinstance(value, np.ndarray):
-                        if value.size:
-                            sample[name] = value.tobytes()
-                    else:
-                        sample[name] = int(value)
-                yield sample
+        for start in range(0, part["count"], _CHUNK):
+            yield from source.read(part["index"], start, min(_CHUNK, part["count"] - start))
+    finally:
+        source.close()
 
 
 WRITER = Hdf5Writer
