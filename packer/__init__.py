@@ -6,14 +6,17 @@ The Python API mirrors the CLI:
     manifest = packer.pack("images", "images-wds", packer.PackOptions(to="webdataset"))
     report = packer.verify("images-wds", against="images")
     for sample in packer.iter_samples("images-wds"): ...
+    ds = packer.open_dataset("images-wds", shuffle=True, image_size=64)   # PyTorch
 """
 
 __version__ = "0.1.0"
 
 from packer.dataset import iter_samples  # noqa: E402
+from packer.loader import DataLoader, PackedDataset, open_dataset  # noqa: E402
 from packer.manifest import load_manifest  # noqa: E402
 from packer.packing import PackOptions, pack  # noqa: E402
 from packer.unpack import unpack  # noqa: E402
 from packer.verify import verify  # noqa: E402
 
-__all__ = ["PackOptions", "iter_samples", "load_manifest", "pack", "unpack", "verify"]
+__all__ = ["DataLoader", "PackOptions", "PackedDataset", "iter_samples", "load_manifest",
+           "open_dataset", "pack", "unpack", "verify"]

@@ -1,0 +1,204 @@
+"""The streaming loader: any packed dataset as a PyTorch IterableDataset.
+
+    ds = packer.open_dataset("images-wds", shuffle=True, seed=0, image_size=64)
+    loader = packer.DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)
+    for epoch in range(10):
+        ds.set_epoch(epoch)
+        for batch in loader: ...
+    state = ds.state_dict()      # resume mid-epoch: ds.load_state_dict(state)
+
+Each worker of each rank reads the part of the epoch that `packer.plan` gives it,
+in windows of contiguous samples, and decodes in the worker. Reading handles are
+opened lazily in the process that reads, never inherited across fork, so `spawn`
+works as well as `fork`.
+"""
+
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from packer import plan
+from packer.dataset import Source, open_source
+from packer.decode import Decoder
+from packer.formats.base import KEY
+
+ON_ERROR = ("warn", "skip", "raise")
+
+
+class PackedDataset(IterableDataset):
+    """Every sample exactly once per epoch across workers and ranks (plus padding),
+    the same count on every rank, in an order fixed by (seed, epoch)."""
+
+    def __init__(self, source: Source, *, shuffle: bool = False, seed: int = 0,
+                 decode: str = "rgb8", image_size=None, transform=None, decoders=None,
+                 rank: int | None = None, world_size: int | None = None,
+                 remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
+                 unit: int = 64):
+        if remainder not in plan.REMAINDERS:
+            raise ValueError(f"remainder={remainder!r}: use 'pad' or 'drop'")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: use one of {', '.join(ON_ERROR)}")
+        if shuffle_buffer < 1 or unit < 1:
+            raise ValueError("shuffle_buffer and unit must be at least 1")
+        distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = world_size or (dist.get_world_size() if distributed else 1)
+        self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.source, self.shuffle, self.seed = source, shuffle, seed
+        self.decoder, self.transform = Decoder(decode, image_size, decoders), transform
+        self.remainder, self.on_error = remainder, on_error
+        self.window, self.unit = shuffle_buffer, unit if source.seekable else None
+        self.epoch = 0
+        self.errors = 0  # samples that failed to read or decode (in this process)
+        self._resume: dict | None = None
+        self._emitted = 0  # samples yielded in this process this epoch (num_workers=0)
+        self._consumed_batches = None  # (batches, batch_size, workers, drop_last), by DataLoader
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.source.classes
+
+    def __len__(self) -> int:
+        return plan.rank_size(self.source.count, self.world_size, self.remainder)
+
+    def set_epoch(self, epoch: int) -> None:
+        if self._resume and self._resume["epoch"] != epoch:
+            self._resume = None
+        self.epoch, self._emitted, self._consumed_batches = epoch, 0, None
+
+    def worker_sizes(self, num_workers: int) -> list[int]:
+        return [end - begin for begin, end in (plan.worker_span(len(self), w, num_workers)
+                                               for w in range(num_workers))]
+
+    def __iter__(self):
+        info = get_worker_info()
+        if info is None:
+            self._emitted = 0
+            for sample in self.iter_worker(0, 1):
+                self._emitted += 1
+                yield sample
+        else:
+            yield from self.iter_worker(info.id, info.num_workers)
+
+    def iter_worker(self, worker: int, num_workers: int):
+        """The samples `worker` of `num_workers` yields this epoch, decoded."""
+        runs = plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
+                                seed=self.seed, epoch=self.epoch, rank=self.rank,
+                                world_size=self.world_size, worker=worker,
+                                num_workers=num_workers, remainder=self.remainder)
+        skip = self._skip(worker, num_workers)
+        reader, position = self.source.reader(), 0
+        last_good, owed = None, 0  # owed: failures to replace with the next good sample
+        try:
+            for number, window in enumerate(plan.windows(runs, self.window)):
+                size = sum(run.count for run in window)
+                if position + size <= skip:
+                    position += size
+                    continue
+                raw = [s for run in window for s in reader.read(run.part, run.start, run.count)]
+                order = plan.window_order(size, self.shuffle, self.seed, self.epoch, self.rank,
+                                          worker, number)
+                for index in order[max(0, skip - position):]:
+                    sample = self._decode(raw[index])
+                    if sample is None and self.on_error == "warn" and last_good is not None:
+                        yield last_good
+                    elif sample is None:
+                        owed += self.on_error == "warn"
+                    else:
+                        last_good = sample
+                        for _ in range(1 + owed):
+                            yield sample
+                        owed = 0
+                position += size
+        finally:
+            reader.close()
+
+    def _decode(self, raw: dict) -> dict | None:
+        """The decoded sample, or None (with a warning) when it fails to decode.
+        With on_error="warn" the caller puts another sample in its place, so that
+        every rank still yields the same count."""
+        try:
+            sample = self.decoder(raw)
+            return self.transform(sample) if self.transform else sample
+        except Exception as err:  # any decoder or transform failure is one bad sample
+            if self.on_error == "raise":
+                raise
+            self.errors += 1
+            action = "replaced by another sample" if self.on_error == "warn" else "skipped"
+            warnings.warn(f"packer: sample {raw.get(KEY)!r} of {self.source.path} failed "
+                          f"({type(err).__name__}: {err}); {action} ({self.errors} so far "
+                          "in this worker)", stacklevel=2)
+            return None
+
+    def _skip(self, worker: int, num_workers: int) -> int:
+        state = self._resume
+        if not state or state["epoch"] != self.epoch:
+            return 0
+        if state["num_workers"] != max(num_workers, 1):
+            raise ValueError(f"the saved state is for num_workers={state['num_workers']}, "
+                             f"this loader has {num_workers}; resume with the same count")
+        return state["consumed"][worker]
+
+    def state_dict(self) -> dict:
+        """Where this rank is in the epoch: load it into a new dataset to continue
+        with exactly the samples not yet seen. Progress is known when the dataset is
+        read through `packer.DataLoader`, or in the main process (num_workers=0)."""
+        if self._consumed_batches is not None:
+            batches, batch_size, workers, drop_last = self._consumed_batches
+        else:
+            batches, batch_size, workers, drop_last = self._emitted, 1, 0, False
+        workers = max(workers, 1)
+        resumed = self._resume if self._resume and self._resume["epoch"] == self.epoch else None
+        before = resumed["consumed"] if resumed else [0] * workers
+        left = [size - done for size, done in zip(self.worker_sizes(workers), before,
+                                                   strict=True)]
+        now = consumed_per_worker(left, batch_size, drop_last, batches)
+        return {"epoch": self.epoch, "seed": self.seed, "rank": self.rank,
+                "world_size": self.world_size, "num_workers": workers,
+                "consumed": [a + b for a, b in zip(before, now, strict=True)]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in ("seed", "rank", "world_size"):
+            if state[name] != getattr(self, name):
+                raise ValueError(f"the saved state has {name}={state[name]}, this dataset "
+                                 f"{getattr(self, name)}")
+        self._resume = dict(state)
+        self.epoch = state["epoch"]
+
+
+def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
+                        batches: int) -> list[int]:
+    """Samples of each worker in the first `batches` batches of a DataLoader, which
+    takes batches from its workers in turn, passing over those that have run out."""
+    per_worker = [size // batch_size if drop_last else -(-size // batch_size) for size in sizes]
+    consumed, round_ = [0] * len(sizes), 0
+    while batches > 0 and round_ < max(per_worker, default=0):
+        for worker, size in enumerate(sizes):
+            if batches > 0 and round_ < per_worker[worker]:
+                consumed[worker] += min(batch_size, size - round_ * batch_size)
+                batches -= 1
+        round_ += 1
+    return consumed
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader that tells its PackedDataset how many batches were consumed,
+    so that `dataset.state_dict()` can resume exactly where training stopped."""
+
+    def __iter__(self):
+        dataset = self.dataset
+        tracking = isinstance(dataset, PackedDataset)
+        workers = self.num_workers
+        for batches, batch in enumerate(super().__iter__(), start=1):
+            if tracking:
+                dataset._consumed_batches = (batches, self.batch_size, workers, self.drop_last)
+            yield batch
+
+
+def open_dataset(path, **options) -> PackedDataset:
+    """Open a packed dataset (webdataset, lmdb or hdf5 output of `packer pack`) or
+    plain WebDataset shards (folder, `shard-{000000..000009}.tar`, http(s)://, pipe:)."""
+    return PackedDataset(open_source(path), **options)

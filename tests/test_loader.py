@@ -1,0 +1,164 @@
+"""The streaming loader: exact, shuffled, resumable reads of every format."""
+
+import json
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+
+import packer
+from conftest import image_bytes, run
+from packer.formats import FORMAT_NAMES
+
+CLASSES = 5
+PER_CLASS = 30
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """A class-sorted image folder packed three ways; tar shards of 20 samples (uneven)."""
+    root = tmp_path_factory.mktemp("loader")
+    images = root / "images"
+    for c in range(CLASSES):
+        (images / f"c{c}").mkdir(parents=True)
+        for i in range(PER_CLASS):
+            size = (8 + i % 5, 6 + i % 3)
+            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i, size=size))
+    out = {}
+    for fmt in FORMAT_NAMES:
+        out[fmt] = root / fmt
+        run("pack", images, "--to", fmt, "-o", out[fmt], "--max-count", "20", "-q")
+    out["one-shard"] = root / "one-shard"
+    run("pack", images, "-o", out["one-shard"], "-q")
+    return out
+
+
+def keys_of(path):
+    return [s["__key__"] for s in packer.iter_samples(path)]
+
+
+def epoch_keys(ds, num_workers):
+    """Each worker's keys for this epoch, as DataLoader workers would yield them."""
+    return [[s["__key__"] for s in ds.iter_worker(w, max(num_workers, 1))]
+            for w in range(max(num_workers, 1))]
+
+
+@pytest.mark.parametrize("fmt", [*FORMAT_NAMES, "one-shard"])
+@pytest.mark.parametrize("remainder", ["pad", "drop"])
+def test_every_sample_once_across_workers_and_ranks(packed, fmt, remainder):
+    everything = keys_of(packed[fmt])
+    total = len(everything)
+    for world in range(1, 5):
+        for workers in range(0, 5):
+            seen = []
+            for rank in range(world):
+                ds = packer.open_dataset(packed[fmt], shuffle=True, seed=3, decode="raw",
+                                         rank=rank, world_size=world, remainder=remainder)
+                ds.set_epoch(1)
+                rank_keys = [k for worker in epoch_keys(ds, workers) for k in worker]
+                assert len(rank_keys) == len(ds)
+                seen += rank_keys
+            counts = Counter(seen)
+            if remainder == "drop":
+                assert len(seen) == total // world * world and max(counts.values()) == 1
+            else:
+                assert set(counts) == set(everything)
+                assert len(seen) - total == -total % world  # only the padding repeats
+
+
+def test_shuffle_is_fixed_by_seed_and_epoch_and_mixes_classes(packed):
+    def order(seed, epoch):
+        ds = packer.open_dataset(packed["webdataset"], shuffle=True, seed=seed, decode="raw")
+        ds.set_epoch(epoch)
+        return [s["__key__"] for s in ds]
+
+    assert order(0, 0) == order(0, 0)
+    assert order(0, 0) != order(0, 1) and order(0, 0) != order(1, 0)
+    assert sorted(order(0, 0)) == sorted(keys_of(packed["webdataset"]))
+    first_batch = order(0, 0)[:32]
+    assert len({key.split("/")[0] for key in first_batch}) >= 4  # class-sorted on disk
+
+
+def test_same_batches_from_every_format(packed):
+    batches = {}
+    for fmt in FORMAT_NAMES:
+        ds = packer.open_dataset(packed[fmt], image_size=16)
+        batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=150)))
+        batches[fmt] = batch
+        assert batch["jpg"].shape == (150, 3, 16, 16) and batch["jpg"].dtype == torch.uint8
+    for fmt in ("lmdb", "hdf5"):
+        assert batches[fmt]["__key__"] == batches["webdataset"]["__key__"]
+        assert torch.equal(batches[fmt]["jpg"], batches["webdataset"]["jpg"])
+        assert torch.equal(batches[fmt]["cls"], batches["webdataset"]["cls"])
+    assert batches["webdataset"]["cls"].tolist() == [i // PER_CLASS for i in range(150)]
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_resume_continues_with_exactly_the_unseen_samples(packed, fmt):
+    ds = packer.open_dataset(packed[fmt], shuffle=True, seed=5, decode="raw")
+    ds.set_epoch(2)
+    loader = packer.DataLoader(ds, batch_size=7, num_workers=2)
+    seen = []
+    for number, batch in enumerate(loader):
+        seen += batch["__key__"]
+        if number == 6:
+            break
+    state = json.loads(json.dumps(ds.state_dict()))  # survives a checkpoint file
+    fresh = packer.open_dataset(packed[fmt], shuffle=True, seed=5, decode="raw")
+    fresh.load_state_dict(state)
+    rest = [k for batch in packer.DataLoader(fresh, batch_size=7, num_workers=2)
+            for k in batch["__key__"]]
+    assert len(seen) == 49 and not set(seen) & set(rest)
+    assert sorted(seen + rest) == sorted(keys_of(packed[fmt]))
+
+
+def test_resume_in_the_main_process(packed):
+    ds = packer.open_dataset(packed["hdf5"], shuffle=True, decode="raw")
+    iterator = iter(ds)
+    seen = [next(iterator)["__key__"] for _ in range(40)]
+    fresh = packer.open_dataset(packed["hdf5"], shuffle=True, decode="raw")
+    fresh.load_state_dict(ds.state_dict())
+    rest = [s["__key__"] for s in fresh]
+    assert sorted(seen + rest) == sorted(keys_of(packed["hdf5"]))
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_spawned_workers_read_everything(packed, fmt):
+    ds = packer.open_dataset(packed[fmt], decode="rgb8", image_size=8)
+    loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2,
+                                         multiprocessing_context="spawn")
+    keys = [k for batch in loader for k in batch["__key__"]]
+    assert sorted(keys) == sorted(keys_of(packed[fmt]))
+
+
+def test_forked_workers_after_reading_in_the_main_process(packed):
+    ds = packer.open_dataset(packed["lmdb"], decode="raw")
+    assert len(list(ds)) == 150  # opens the environment in this process first
+    loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2)
+    assert sum(len(b["__key__"]) for b in loader) == 150
+
+
+def test_corrupt_member_is_replaced_with_a_warning_or_raises(packed, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(packed["webdataset"], broken)
+    shard = broken / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    start = data.find(b"\xff\xd8\xff")
+    data[start:start + 40] = b"\x00" * 40  # the first image no longer decodes
+    shard.write_bytes(bytes(data))
+    ds = packer.open_dataset(broken, decode="rgb8", image_size=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        samples = list(ds)
+    assert len(samples) == len(ds) == 150 and ds.errors == 1
+    assert "c0/000" in str(caught[0].message)
+    assert "replaced by another sample" in str(caught[0].message)
+    skipping = packer.open_dataset(broken, decode="rgb8", image_size=8, on_error="skip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(list(skipping)) == 149
+    with pytest.raises(OSError):
+        list(packer.open_dataset(broken, decode="rgb8", on_error="raise"))
