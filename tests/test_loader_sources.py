@@ -1,0 +1,77 @@
+"""Plain WebDataset shards from other tools, over local paths, http:// and pipe:."""
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import webdataset
+
+import packer
+
+
+@pytest.fixture(scope="module")
+def plain_shards(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plain")
+    with webdataset.ShardWriter(str(folder / "f-%06d.tar"), maxcount=9, verbose=0) as sink:
+        for i in range(40):
+            sink.write({"__key__": f"s{i:03d}", "txt": f"text {i}", "cls": i % 4})
+    return folder
+
+
+def all_keys(ds, workers=2):
+    loader = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=workers)
+    return sorted(k for batch in loader for k in batch["__key__"])
+
+
+EXPECTED = [f"s{i:03d}" for i in range(40)]
+
+
+def test_shardwriter_shards_by_folder_and_brace_pattern(plain_shards):
+    by_folder = packer.open_dataset(plain_shards, shuffle=True)
+    assert len(by_folder) == 40 and all_keys(by_folder) == EXPECTED
+    pattern = str(plain_shards / "f-{000000..000004}.tar")
+    sample = next(iter(packer.open_dataset(pattern)))
+    assert sample == {"__key__": "s000", "txt": "text 0", "cls": 0}
+
+
+def test_pipe_urls(plain_shards):
+    urls = [f"pipe:cat {p}" for p in sorted(plain_shards.glob("*.tar"))]
+    ds = packer.open_dataset(urls, shuffle=True, seed=1)
+    assert len(ds) == 40 and all_keys(ds) == EXPECTED
+
+
+def test_http_urls_from_a_local_server(plain_shards):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(plain_shards)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/f-{{000000..000004}}.tar"
+        for rank in range(2):
+            ds = packer.open_dataset(url, rank=rank, world_size=2, shuffle=True)
+            assert len(ds) == 20
+        ds = packer.open_dataset(url, shuffle=True)
+        assert all_keys(ds) == EXPECTED
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_missing_shards_and_paths_are_clear_errors(plain_shards, tmp_path):
+    with pytest.raises(packer.errors.DatasetError, match="no such shard"):
+        packer.open_dataset(str(plain_shards / "f-{000000..000009}.tar"))
+    with pytest.raises(packer.errors.DatasetError, match="no such packed dataset"):
+        packer.open_dataset(tmp_path / "nothing")
+    with pytest.raises(packer.errors.DatasetError, match="not a packed dataset"):
+        packer.open_dataset(tmp_path)
