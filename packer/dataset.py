@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from packer import shards
-from packer.formats import format_module, webdataset
+from packer.formats import format_module, tarindex
 from packer.manifest import MANIFEST_NAME, load_manifest
 
 
@@ -50,7 +50,7 @@ class Source:
         if self.manifest is not None:
             return format_module(self.manifest["format"]).reader(Path(self.path), self.manifest)
         if self.seekable:
-            return webdataset.Reader(self.urls)
+            return tarindex.Reader(self.urls)
         return shards.StreamReader(self.urls)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from braceexpand import braceexpand
 
 from packer.errors import DatasetError
-from packer.formats import webdataset
+from packer.formats import tarindex, webdataset
 
 _REMOTE = ("http://", "https://", "pipe:")
 
@@ -101,7 +101,7 @@ class StreamReader:
 
 def shard_counts(urls: list[str]) -> list[int]:
     """Samples per shard: from the member index of local shards, by streaming remote ones."""
-    local = webdataset.Reader([u for u in urls if not is_remote(u)])
+    local = tarindex.Reader([u for u in urls if not is_remote(u)])
     counts, position = [], 0
     for url in urls:
         if is_remote(url):

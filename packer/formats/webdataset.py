@@ -12,12 +12,10 @@ padding included) or `--max-count` samples. `cls` is the class id as decimal tex
 """
 
 import hashlib
-import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from packer.errors import DatasetError
 from packer.formats.base import KEY, Writer, field_bytes
 from packer.keys import split_member
 
@@ -136,109 +134,9 @@ def int_fields(manifest: dict) -> set[str]:
     return {n for n, f in manifest["fields"].items() if f["dtype"] == "int64"}
 
 
-def _octal(field: bytes) -> int:
-    if field[0] & 0x80:  # GNU base-256 for big sizes
-        return int.from_bytes(field[1:], "big")
-    return int(field.rstrip(b"\0 ") or b"0", 8)
+def reader(folder: Path, manifest: dict):
+    from packer.formats.tarindex import Reader
 
-
-def _pax_records(data: bytes) -> dict[str, str]:
-    records, position = {}, 0
-    while position < len(data) and data[position:position + 1] != b"\0":
-        space = data.index(b" ", position)
-        length = int(data[position:space])
-        keyword, _, value = data[space + 1:position + length - 1].partition(b"=")
-        records[keyword.decode()] = value.decode("utf-8", "surrogateescape")
-        position += length
-    return records
-
-
-def index_shard(fd: int, path: str) -> list[tuple[str, list[tuple[str, int, int]]]]:
-    """Each sample of a shard as (key, [(field, data offset, size), ...]), from one
-    read per member header; the data itself is not read."""
-    samples: list = []
-    offset, long_name, long_size = 0, None, None
-    while len(header := os.pread(fd, _BLOCK, offset)) == _BLOCK and header != bytes(_BLOCK):
-        unsigned = sum(header) - sum(header[148:156]) + 8 * 32
-        if _octal(header[148:156]) != unsigned:
-            raise DatasetError(f"{path}: bad tar header checksum at byte offset {offset:,}")
-        size = long_size if long_size is not None else _octal(header[124:136])
-        kind, data_offset = header[156:157], offset + _BLOCK
-        offset = data_offset + size + (-size % _BLOCK)
-        if kind in (b"x", b"L"):
-            data = os.pread(fd, size, data_offset)
-            if kind == b"L":
-                long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
-            else:
-                records = _pax_records(data)
-                long_name = records.get("path", long_name)
-                long_size = int(records["size"]) if "size" in records else None
-            continue
-        name = long_name or _ustar_name(header)
-        long_name = long_size = None
-        if kind not in (b"0", b"\0"):
-            continue
-        key, field = split_member(name)
-        if not samples or samples[-1][0] != key:
-            samples.append((key, []))
-        samples[-1][1].append((field, data_offset, size))
-    return samples
-
-
-def _ustar_name(header: bytes) -> str:
-    name = header[:100].split(b"\0", 1)[0]
-    prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
-    return (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
-
-
-class Reader:
-    """Random access to the samples of local shards: each shard's member index is
-    made on first use, then a run of samples is one read of contiguous bytes.
-    Files are opened once per process, lazily, so forked workers never share them."""
-
-    def __init__(self, paths: list[str], int_fields: set[str] = frozenset()):
-        self.paths, self.int_fields = paths, int_fields
-        self._fds: dict[int, int] = {}
-        self._indexes: dict[int, list] = {}
-        self._pid = None
-
-    def _open(self, part: int) -> int:
-        if self._pid != os.getpid():  # inherited across fork: start afresh
-            self._fds, self._indexes, self._pid = {}, {}, os.getpid()
-        if part not in self._fds:
-            self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
-            self._indexes[part] = index_shard(self._fds[part], self.paths[part])
-        return self._fds[part]
-
-    def count(self, part: int) -> int:
-        self._open(part)
-        return len(self._indexes[part])
-
-    def read(self, part: int, start: int, count: int) -> list[dict]:
-        fd = self._open(part)
-        entries = self._indexes[part][start:start + count]
-        if not entries:
-            return []
-        low = entries[0][1][0][1]
-        high = max(offset + size for offset, size in ((m[1], m[2]) for m in entries[-1][1]))
-        data = os.pread(fd, high - low, low)
-        samples = []
-        for key, members in entries:
-            sample = {KEY: key}
-            for field, offset, size in members:
-                value = data[offset - low:offset - low + size]
-                sample[field] = int(value) if field in self.int_fields else value
-            samples.append(sample)
-        return samples
-
-    def close(self) -> None:
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds, self._indexes = {}, {}
-
-
-def reader(folder: Path, manifest: dict) -> Reader:
     return Reader([str(folder / p["name"]) for p in manifest["parts"]], int_fields(manifest))
 
 
