@@ -84,6 +84,8 @@ class Decoder:
             return self.decoders[name](value)
         if isinstance(value, int):
             return value
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
         kind = _field_kind(name)
         if kind in IMAGE_FIELDS:
             if self.mode == "raw":

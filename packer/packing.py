@@ -13,7 +13,6 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from itertools import islice
 from pathlib import Path
 
 from tqdm import tqdm
@@ -24,7 +23,8 @@ from packer.formats import format_module
 from packer.formats.base import LAYOUT_VERSION, Chunk, Encoded, chunk_items, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
-from packer.sources.files import Scan, read_file, read_sample, scan_folder
+from packer.sources import open_source
+from packer.sources.files import read_file
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
@@ -96,14 +96,11 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
                            "it, choose another -o")
 
 
-def _plan(scan: Scan, options: PackOptions) -> dict:
-    fields = dict.fromkeys(scan.fields, "bytes")
-    if scan.label_source != "none":
-        fields["cls"] = "int64"
-    fingerprint = hashlib.sha256(json.dumps([scan.fingerprint, options.recorded()],
+def _plan(source, options: PackOptions) -> dict:
+    fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.recorded()],
                                             default=str).encode()).hexdigest()
-    return {"fields": dict(sorted(fields.items())), "classes": scan.classes,
-            "input_bytes": scan.input_bytes, "fingerprint": fingerprint}
+    return {"fields": source.field_specs, "classes": source.classes,
+            "input_bytes": source.input_bytes, "fingerprint": fingerprint}
 
 
 def _start(out: Path, plan: dict, options: PackOptions):
@@ -149,8 +146,8 @@ def _pack_chunk(job: tuple) -> Chunk:
     A worker process writes the encoded bytes to a spool file instead of returning
     them: a pipe would copy every byte several times in the main process.
     """
-    root, check, fmt, sources, spool = job
-    chunk = encode_chunk([read_sample(root, s, check) for s in sources], format_module(fmt))
+    read_job, source_job, fmt, spool = job
+    chunk = encode_chunk(read_job(source_job), format_module(fmt))
     if spool is None:
         return chunk
     with open(spool, "wb") as file:
@@ -166,21 +163,14 @@ def _unspool(chunk: Chunk) -> Chunk:
     return chunk._replace(blob=blob, spool=None)
 
 
-def _chunks(items, size: int):
-    iterator = iter(items)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
-
-
-def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
-    start, total = tally.next_input, scan.count
+def _write_all(source, module, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+    start, total = tally.next_input, source.count
     spool = writer.folder / SPOOL_NAME
     shutil.rmtree(spool, ignore_errors=True)
     spool.mkdir()
-    runs = _chunks(islice(scan.samples(), start, None), CHUNK)
-    jobs = ((str(scan.root), options.check, options.to, run,
+    jobs = ((module.read_job, job, options.to,
              str(spool / f"{n:08d}") if options.workers > 1 else None)
-            for n, run in enumerate(runs))
+            for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
     bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
                desc=f"packing to {options.to}", dynamic_ncols=True)
     began, first_bytes = time.perf_counter(), tally.input_bytes
@@ -189,7 +179,7 @@ def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOption
         for item, skipped in chunk_items(chunk):
             if skipped:
                 if options.on_error == "fail":
-                    _fail_on(skipped[0], scan.root)
+                    _fail_on(skipped[0], source.path)
                 tally.skipped += skipped
             else:
                 if writer.add(item):
@@ -206,24 +196,19 @@ def _write_all(scan: Scan, writer, tally: Tally, plan: dict, options: PackOption
     tally.next_input = total
 
 
-def _manifest(scan: Scan, writer, tally: Tally, plan: dict, options: PackOptions) -> dict:
-    fields = {name: {"dtype": dtype, **tally.fields.get(name, {"count": 0, "bytes": 0})}
-              for name, dtype in plan["fields"].items()}
+def _manifest(source, writer, tally: Tally, plan: dict, options: PackOptions) -> dict:
+    fields = {name: {**spec, **tally.fields.get(name, {"count": 0, "bytes": 0})}
+              for name, spec in plan["fields"].items()}
     return {
         "format": options.to, "layout_version": LAYOUT_VERSION, "tool": f"packer {__version__}",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "count": writer.count, "fields": fields,
-        "classes": scan.classes, "class_counts": tally.class_counts if scan.classes else None,
+        "classes": source.classes, "class_counts": tally.class_counts if source.classes else None,
         "parts": writer.parts,
-        "source": {"kind": "files", "path": str(scan.root.resolve()),
-                   "labels": scan.label_source, "labels_file": scan.labels_file,
-                   "samples": scan.count, "bytes": scan.input_bytes},
         "options": options.recorded(),
-        "skipped": sorted(scan.notes.skipped + tally.skipped, key=lambda e: e["path"]),
-        "ignored": scan.notes.ignored,
-        "symlinks": {"followed": options.follow_symlinks, "count": scan.notes.symlinks},
-        "shared_stems": scan.notes.shared_stems,
-        "unmatched_labels": scan.unmatched_labels,
+        "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
+        "ignored": [],
+        **source.describe(options),
     }
 
 
@@ -237,27 +222,25 @@ def _publish(work: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def pack(source: Path, out: Path, options: PackOptions) -> dict:
-    """Pack the folder `source` into `out`; returns the manifest."""
-    source, out = Path(source), Path(out)
-    check_paths(source, out, options)
-    scan = scan_folder(source, labels=options.labels, unlabelled=options.unlabelled,
-                       group_by_stem=options.group_by_stem,
-                       follow_symlinks=options.follow_symlinks)
-    if scan.notes.skipped and options.on_error == "fail":
-        _fail_on(scan.notes.skipped[0], scan.root)
-    if not scan.count:
-        raise PackerError(f"{source}: nothing to pack ({len(scan.notes.skipped)} skipped, "
-                          f"{len(scan.notes.ignored)} hidden or junk files)")
-    plan = _plan(scan, options)
+def pack(path: Path, out: Path, options: PackOptions) -> dict:
+    """Pack `path` (a folder of files) into `out`; returns the manifest."""
+    path, out = Path(path), Path(out)
+    check_paths(path, out, options)
+    source, module = open_source(path, options)
+    if source.scan_skipped and options.on_error == "fail":
+        _fail_on(source.scan_skipped[0], path)
+    if not source.count:
+        raise PackerError(f"{path}: nothing to pack ({len(source.scan_skipped)} inputs "
+                          "skipped; see above or run `packer pack` without --on-error fail)")
+    plan = _plan(source, options)
     writer, tally = _start(out, plan, options)
     began = time.perf_counter()
     try:
-        _write_all(scan, writer, tally, plan, options)
+        _write_all(source, module, writer, tally, plan, options)
     except PackerError:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise
-    manifest = _manifest(scan, writer, tally, plan, options)
+    manifest = _manifest(source, writer, tally, plan, options)
     writer.finish(manifest)
     (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
     write_json_atomic(writer.folder / MANIFEST_NAME, manifest)

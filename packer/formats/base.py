@@ -11,9 +11,12 @@ file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
 """
 
 import hashlib
+import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 KEY = "__key__"
 LAYOUT_VERSION = 1
@@ -42,8 +45,29 @@ class Chunk(NamedTuple):
 
 
 def field_bytes(value) -> bytes:
-    """The canonical bytes of a field value (an int class id as its decimal text)."""
-    return str(value).encode() if isinstance(value, int) else bytes(value)
+    """The canonical bytes of a field value: an int as its decimal text (a class id),
+    an array as a .npy file."""
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, np.ndarray):
+        out = io.BytesIO()
+        np.save(out, value, allow_pickle=False)
+        return out.getvalue()
+    return bytes(value)
+
+
+def value_size(value) -> int:
+    """Bytes of data a field value holds (0 for a class id)."""
+    if isinstance(value, int):
+        return 0
+    return value.nbytes if isinstance(value, np.ndarray) else len(value)
+
+
+def msgpack_default(value):
+    """Lets msgpack carry arrays, as .npy bytes."""
+    if isinstance(value, np.ndarray):
+        return field_bytes(value)
+    raise TypeError(f"cannot encode a {type(value).__name__}")
 
 
 def sample_digest(sample: dict) -> bytes:
@@ -68,8 +92,7 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
         chunk.lengths.append(len(data))
         if module.SAMPLE_DIGESTS:
             digests.append(sample_digest(sample))
-        chunk.field_sizes.append(tuple((k, 0 if isinstance(v, int) else len(v))
-                                       for k, v in sample.items() if k != KEY))
+        chunk.field_sizes.append(tuple((k, value_size(v)) for k, v in sample.items() if k != KEY))
         chunk.labels.append(sample.get("cls"))
     return chunk._replace(blob=b"".join(encoded), digests=b"".join(digests))
 

@@ -12,6 +12,7 @@ Datasets are chunked and resizable, and grow block by block as samples arrive,
 so memory does not grow with the dataset.
 """
 
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import msgpack
 import numpy as np
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, Writer
+from packer.formats.base import KEY, Writer, msgpack_default
 
 FILE_NAME = "data.h5"
 _CHUNK = 1024
@@ -31,8 +32,13 @@ _BYTES = h5py.vlen_dtype(np.dtype("uint8"))
 _EMPTY = np.empty(0, np.uint8)
 
 
-def _dataset_dtype(field_dtype: str):
-    return np.int64 if field_dtype == "int64" else _BYTES
+def _layout(spec: dict) -> tuple[object, tuple[int, ...]]:
+    """The HDF5 dtype and the per-sample shape of a field."""
+    if spec["dtype"] == "bytes":
+        return _BYTES, ()
+    if spec["dtype"] == "str":
+        return h5py.string_dtype("utf-8"), ()
+    return np.dtype(spec["dtype"]), tuple(spec.get("shape", ()))
 
 
 SAMPLE_DIGESTS = True
@@ -40,7 +46,14 @@ SAMPLE_DIGESTS = True
 
 def encode(sample: dict) -> bytes:
     """msgpack, to cross the process boundary in one piece; stored column by column."""
-    return msgpack.packb(sample, use_bin_type=True)
+    return msgpack.packb(sample, use_bin_type=True, default=msgpack_default)
+
+
+def _array(value) -> np.ndarray:
+    """A numeric field value: a number, an array, or .npy bytes (after msgpack)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return np.load(io.BytesIO(value), allow_pickle=False)
+    return np.asarray(value)
 
 
 class Hdf5Writer(Writer):
@@ -56,10 +69,12 @@ class Hdf5Writer(Writer):
             self._create()
 
     def _create(self) -> None:
-        for name, dtype in {KEY: "str", **self.fields}.items():
-            kind = h5py.string_dtype("utf-8") if dtype == "str" else _dataset_dtype(dtype)
-            self.file.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(_CHUNK,),
-                                     dtype=kind, track_times=False)
+        for name, spec in {KEY: {"dtype": "str"}, **self.fields}.items():
+            dtype, shape = _layout(spec)
+            row_bytes = max(1, int(np.prod(shape)) * getattr(dtype, "itemsize", 8))
+            rows = max(1, min(_CHUNK, (1 << 20) // row_bytes))  # chunks of about 1 MB at most
+            self.file.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
+                                     chunks=(rows, *shape), dtype=dtype, track_times=False)
         self.file.attrs["classes"] = self.plan.get("classes") or []
 
     def _store(self, encoded) -> None:
@@ -73,7 +88,7 @@ class Hdf5Writer(Writer):
         start, rows = self.file[KEY].shape[0], len(self._buffer)
         for name in (KEY, *self.fields):
             dataset = self.file[name]
-            dataset.resize((start + rows,))
+            dataset.resize(start + rows, axis=0)
             # write_direct: plain assignment fails when all vlen rows have one length
             dataset.write_direct(self._column(name, dataset.dtype), dest_sel=np.s_[start:])
         self._buffer = []
@@ -81,8 +96,8 @@ class Hdf5Writer(Writer):
     def _column(self, name: str, dtype) -> np.ndarray:
         if name == KEY:
             return np.array([s[KEY] for s in self._buffer], dtype=object)
-        if dtype == np.int64:
-            return np.array([s[name] for s in self._buffer], dtype=np.int64)
+        if dtype != _BYTES:
+            return np.stack([_array(s[name]) for s in self._buffer]).astype(dtype, copy=False)
         column = np.empty(len(self._buffer), dtype=_BYTES)
         for i, sample in enumerate(self._buffer):
             value = sample.get(name)
@@ -95,7 +110,7 @@ class Hdf5Writer(Writer):
 
     def truncate(self, count: int) -> None:
         for name in (KEY, *self.fields):
-            self.file[name].resize((count,))
+            self.file[name].resize(count, axis=0)
 
     def finish(self, manifest: dict) -> None:
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
@@ -107,7 +122,7 @@ class Reader:
     process, lazily, so forked workers never share an HDF5 handle."""
 
     def __init__(self, folder: Path, manifest: dict):
-        self.path, self.names = folder / FILE_NAME, list(manifest["fields"])
+        self.path, self.fields = folder / FILE_NAME, manifest["fields"]
         self.firsts = [p["first"] for p in manifest["parts"]]
         self._file, self._pid = None, None
 
@@ -123,17 +138,20 @@ class Reader:
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self._open(), self.firsts[part] + start
         keys = file[KEY][first:first + count]
-        columns = [(name, file[name][first:first + count]) for name in self.names]
+        columns = [(name, spec["dtype"], file[name][first:first + count])
+                   for name, spec in self.fields.items()]
         samples = []
         for row, key in enumerate(keys):
             sample = {KEY: key.decode("utf-8")}
-            for name, column in columns:
+            for name, dtype, column in columns:
                 value = column[row]
-                if isinstance(value, np.ndarray):
+                if dtype == "bytes":
                     if value.size:
                         sample[name] = value.tobytes()
-                else:
+                elif dtype == "int64" and value.ndim == 0:
                     sample[name] = int(value)
+                else:
+                    sample[name] = value
             samples.append(sample)
         return samples
 

@@ -22,7 +22,7 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats.base import Writer
+from packer.formats.base import Writer, msgpack_default
 
 META_KEY = b"__meta__"
 KEY_FORMAT = "%010d"
@@ -45,7 +45,7 @@ SAMPLE_DIGESTS = True
 
 
 def encode(sample: dict) -> bytes:
-    return msgpack.packb(sample, use_bin_type=True)
+    return msgpack.packb(sample, use_bin_type=True, default=msgpack_default)
 
 
 class LmdbWriter(Writer):

@@ -1,0 +1,24 @@
+"""Sources: what can be packed. Each source module gives an object with
+
+    kind, count, input_bytes, classes, label_source, fingerprint
+    field_specs    {field: {"dtype": "bytes" | "int64" | "float32" ..., "shape": [...]}}
+    scan_skipped   inputs found bad before reading, [{"path", "reason"}]
+    jobs(start, size, check)   picklable units of work covering samples start..count
+    describe(options)          the manifest's "source" entry and source-specific extras
+
+and a module-level `read_job(job) -> [(sample or None, skip entries), ...]` that a
+packing worker runs. A sample is a dict `{"__key__": str, FIELD: value}` whose
+values are bytes, ints or numpy arrays.
+"""
+
+from pathlib import Path
+
+from packer.sources import files
+
+
+def open_source(path: Path, options):
+    """The source for `path`, with its module (whose `read_job` the workers run)."""
+    scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
+                             group_by_stem=options.group_by_stem,
+                             follow_symlinks=options.follow_symlinks)
+    return scan, files

@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from packer.checks import check_file
@@ -66,6 +67,42 @@ class Scan:
     fingerprint: str = ""
     notes: Notes = field(default_factory=Notes)
     unmatched_labels: list[str] = field(default_factory=list)
+
+    kind = "files"
+
+    @property
+    def path(self) -> Path:
+        return self.root
+
+    @property
+    def field_specs(self) -> dict[str, dict]:
+        specs = {name: {"dtype": "bytes"} for name in sorted(self.fields)}
+        if self.label_source != "none":
+            specs["cls"] = {"dtype": "int64"}
+        return specs
+
+    @property
+    def scan_skipped(self) -> list[dict]:
+        return self.notes.skipped
+
+    def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
+        """Picklable units of worker work for the samples from `start` on: `read_job`
+        reads each in a worker."""
+        runs = islice(self.samples(), start, None)
+        while run := list(islice(runs, size)):
+            yield str(self.root), check, run
+
+    def describe(self, options) -> dict:
+        """What the manifest says of this source, beside the common entries."""
+        return {
+            "source": {"kind": "files", "path": str(self.root.resolve()),
+                       "labels": self.label_source, "labels_file": self.labels_file,
+                       "samples": self.count, "bytes": self.input_bytes},
+            "ignored": self.notes.ignored,
+            "symlinks": {"followed": self.follow_symlinks, "count": self.notes.symlinks},
+            "shared_stems": self.notes.shared_stems,
+            "unmatched_labels": self.unmatched_labels,
+        }
 
     def samples(self, notes: Notes | None = None, sizes: bool = False) -> Iterator[SampleSource]:
         """Every sample in order; what is skipped on the way goes to `notes`. Without
@@ -275,3 +312,9 @@ def read_sample(root: str, source: SampleSource, check: str) -> tuple[dict | Non
     if source.label is not None:
         sample["cls"] = source.label
     return sample, []
+
+
+def read_job(job: tuple[str, str, list[SampleSource]]) -> list[tuple[dict | None, list]]:
+    """Read and check one unit of worker work made by `Scan.jobs`."""
+    root, check, sources = job
+    return [read_sample(root, source, check) for source in sources]
