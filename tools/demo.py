@@ -5,7 +5,8 @@ Usage:
 
 It makes 1,000 small JPEGs in 10 class folders, adds a few inputs that must be
 skipped (an empty file, a truncated JPEG, a text file named .jpg) and some OS
-junk, then runs the `packer` commands a user would, printing each one first.
+junk, then runs the `packer` commands a user would, printing each one first,
+and ends with a short `packer bench` of loose against packed reads.
 """
 
 import shutil
@@ -43,6 +44,8 @@ def main() -> None:
     for name in ("images-wds", "images.lmdb", "images.h5"):
         packer("verify", demo / name, "--against", images, "-q")
     packer("unpack", demo / "images.h5", "-o", demo / "restored", "-q")
+    packer("bench", images, demo / "images-wds", demo / "images.lmdb", demo / "images.h5",
+           "--workers", "0,2", "--repeat", "1", "-q")
 
 
 if __name__ == "__main__":

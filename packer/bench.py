@@ -1,0 +1,309 @@
+"""`packer bench`: the same samples read loose and packed, measured side by side.
+
+For every reader (a loose folder read by a map-style Dataset as people write it
+by hand with PIL, and each packed dataset read by `open_dataset`) and every worker
+count, one pass (or `samples`) through a DataLoader with the same batch size and
+decode work, repeated with the readers in alternating order. Reported per run:
+samples/s, MB/s, time to the first batch, and the peak RSS and PSS of the process
+tree (PSS counts pages shared by forked workers once). Beside them, the ceilings
+measured on the same data: `cat` of each reader's files (IO), and the single-core
+decode rate times the cores (CPU).
+"""
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import torch
+
+from packer.decode import decode_image, image_tensor
+from packer.errors import UsageProblem
+from packer.loader import open_dataset
+from packer.manifest import MANIFEST_NAME, load_manifest
+from packer.sources.files import read_file, scan_folder
+
+
+@dataclass
+class BenchOptions:
+    workers: list[int] = field(default_factory=lambda: [0, 1, 2])
+    batch_size: int = 64
+    samples: int | None = None
+    repeat: int = 3
+    cold: bool = False
+    decode: bool = True
+    image_size: int = 64
+
+
+class LooseImages(torch.utils.data.Dataset):
+    """The baseline: one file opened, read and decoded per sample."""
+
+    def __init__(self, files: list[tuple[str, int]], decode: bool, image_size: int):
+        self.files, self.decode, self.size = files, decode, (image_size, image_size)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int):
+        path, label = self.files[index]
+        with open(path, "rb") as file:
+            data = file.read()
+        if not self.decode:
+            return data, label
+        return image_tensor(decode_image(data, self.size)), label
+
+
+@dataclass
+class Reader:
+    name: str  # the path as given
+    kind: str  # "loose" or the packed format
+    files: list[str]  # what `cat` reads and the cold cache drops
+    count: int
+    bytes: int
+    labels: list[int] = field(default_factory=list)  # loose: the label of each file
+
+    def dataset(self, options: BenchOptions):
+        if self.kind == "loose":
+            return LooseImages(list(zip(self.files, self.labels, strict=True)), options.decode,
+                               options.image_size)
+        return open_dataset(self.name, shuffle=True, decode="rgb8" if options.decode else "raw",
+                            image_size=options.image_size)
+
+
+def describe(path: str, exclude: set[str] = frozenset()) -> Reader:
+    """A reader of `path`; a loose folder leaves out `exclude`, the inputs that the
+    packed datasets skipped, so that every reader reads the same samples."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UsageProblem(f"{path}: not a folder or a packed dataset")
+    if (folder / MANIFEST_NAME).is_file():
+        manifest = load_manifest(folder)
+        names = [p["name"] for p in manifest["parts"] if "name" in p] or [
+            n for n in ("data.mdb", "data.h5") if (folder / n).exists()]
+        data = sum(f["bytes"] for f in manifest["fields"].values())
+        return Reader(path, manifest["format"], [str(folder / n) for n in names],
+                      manifest["count"], data)
+    kept = [(s.files[0][1], s.label or 0) for s in scan_folder(folder).samples()
+            if s.files[0][1] not in exclude]
+    files = [str(folder / name) for name, _ in kept]
+    return Reader(path, "loose", files, len(files), sum(Path(f).stat().st_size for f in files),
+                  [label for _, label in kept])
+
+
+def drop_cache(paths: list[str]) -> None:
+    """Evict the files from the page cache; needs no privilege."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def drop_took_effect(path: str) -> bool:
+    """Whether dropping the cache works here: a dropped file reads much slower."""
+    def timed_read() -> float:
+        began = time.perf_counter()
+        read_file(path)
+        return time.perf_counter() - began
+
+    timed_read()
+    warm = timed_read()
+    drop_cache([path])
+    cold = timed_read()
+    return cold > 2 * warm
+
+
+def cat_rate(reader: Reader, cold: bool) -> float:
+    """Samples/s that reading the reader's files end to end gives (the IO ceiling)."""
+    if cold:
+        drop_cache(reader.files)
+    began = time.perf_counter()
+    for path in reader.files:
+        with open(path, "rb", buffering=0) as file:
+            while file.read(1 << 22):
+                pass
+    return reader.count / (time.perf_counter() - began)
+
+
+def decode_limit(reader: Reader, image_size: int, sample_count: int = 500) -> float:
+    """Single-core decode+resize rate of the reader's images, times the cores."""
+    images = [read_file(p) for p in reader.files[:sample_count]]
+    began = time.perf_counter()
+    for data in images:
+        image_tensor(decode_image(data, (image_size, image_size)))
+    rate = len(images) / (time.perf_counter() - began)
+    return rate * (os.cpu_count() or 1)
+
+
+class MemoryPeak:
+    """Peak RSS and PSS of this process and its children, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval, self.rss, self.pss = interval, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            rss = pss = 0
+            for process in [me, *me.children(recursive=True)]:
+                try:
+                    info = process.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                rss, pss = rss + info.rss, pss + getattr(info, "pss", info.rss)
+            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_once(reader: Reader, workers: int, options: BenchOptions, cold: bool) -> dict:
+    if cold:
+        drop_cache(reader.files)
+    dataset = reader.dataset(options)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=options.batch_size, num_workers=workers,
+        shuffle=reader.kind == "loose", collate_fn=None if options.decode else list)
+    limit = options.samples or reader.count
+    seen, first = 0, None
+    with MemoryPeak() as memory:
+        began = time.perf_counter()
+        for batch in loader:
+            first = first or time.perf_counter() - began
+            seen += _batch_len(batch)
+            if seen >= limit:
+                break
+        seconds = time.perf_counter() - began
+    seen = min(seen, limit)
+    return {"samples": seen, "seconds": seconds, "samples_per_s": seen / seconds,
+            "mb_per_s": seen * reader.bytes / reader.count / 1e6 / seconds,
+            "first_batch_s": first, "peak_rss_mb": memory.rss / 1e6,
+            "peak_pss_mb": memory.pss / 1e6}
+
+
+def _batch_len(batch) -> int:
+    if isinstance(batch, dict):
+        return len(batch["__key__"])
+    if isinstance(batch, list | tuple) and batch and isinstance(batch[0], torch.Tensor):
+        return len(batch[0])
+    return len(batch)
+
+
+def _summary(runs: list[dict]) -> dict:
+    rates = [r["samples_per_s"] for r in runs]
+    return {"samples": runs[0]["samples"], "samples_per_s": statistics.median(rates),
+            "spread": [min(rates), max(rates)],
+            "mb_per_s": statistics.median(r["mb_per_s"] for r in runs),
+            "first_batch_s": statistics.median(r["first_batch_s"] for r in runs),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+            "peak_pss_mb": max(r["peak_pss_mb"] for r in runs)}
+
+
+def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
+    """Measure every reader at every worker count; returns the figures as a dict."""
+    if any(w < 0 for w in options.workers):
+        raise UsageProblem("--workers: worker counts must be 0 or more")
+    packed = [p for p in paths if (Path(p) / MANIFEST_NAME).is_file()]
+    skipped = {e["path"] for p in packed for e in load_manifest(Path(p))["skipped"]}
+    readers = [describe(p, skipped) for p in paths]
+    caches = ["warm", "cold"] if options.cold else ["warm"]
+    runs: dict[tuple[str, str, int], list] = {}
+    for repeat in range(options.repeat):
+        order = readers if repeat % 2 == 0 else readers[::-1]
+        for cache in caches:
+            for workers in options.workers:
+                for reader in order:
+                    progress(f"repeat {repeat + 1}/{options.repeat}: {reader.name}, {cache}, "
+                             f"{workers} workers")
+                    runs.setdefault((reader.name, cache, workers), []).append(
+                        run_once(reader, workers, options, cold=cache == "cold"))
+    loose = next((r for r in readers if r.kind == "loose"), None)
+    results = []
+    for (name, cache, workers), measured in runs.items():
+        row = {"reader": name, "cache": cache, "workers": workers, **_summary(measured)}
+        if loose is not None:
+            base = _summary(runs[(loose.name, cache, workers)])["samples_per_s"]
+            row["vs_loose"] = row["samples_per_s"] / base
+        results.append(row)
+    ceilings = {r.name: {"cat_samples_per_s": cat_rate(r, options.cold),
+                         "kind": r.kind, "count": r.count} for r in readers}
+    if options.decode and loose is not None:
+        ceilings["decode_limit_samples_per_s"] = decode_limit(loose, options.image_size)
+    return {"options": options.__dict__, "cold_drop_works": _cold_check(readers, options),
+            "results": results, "ceilings": ceilings, "recommend": recommend(results)}
+
+
+def _cold_check(readers: list[Reader], options: BenchOptions) -> bool | None:
+    if not options.cold:
+        return None
+    biggest = max((f for r in readers for f in r.files), key=lambda f: Path(f).stat().st_size)
+    return drop_took_effect(biggest)
+
+
+def recommend(results: list[dict]) -> dict[str, int]:
+    """Per reader, the fewest workers within 5% of its best throughput (warm cache)."""
+    best: dict[str, int] = {}
+    for name in {r["reader"] for r in results}:
+        rows = sorted((r for r in results if r["reader"] == name and r["cache"] == "warm"),
+                      key=lambda r: r["workers"])
+        top = max(r["samples_per_s"] for r in rows)
+        best[name] = next(r["workers"] for r in rows if r["samples_per_s"] >= 0.95 * top)
+    return best
+
+
+def table(report: dict) -> str:
+    lines = [f"{'reader':<28} {'cache':<5} {'workers':>7} {'samples/s':>10} {'MB/s':>7} "
+             f"{'first s':>8} {'RSS MB':>7} {'PSS MB':>7} {'vs loose':>8}"]
+    for r in report["results"]:
+        lines.append(f"{r['reader'][-28:]:<28} {r['cache']:<5} {r['workers']:>7} "
+                     f"{r['samples_per_s']:>10,.0f} "
+                     f"{r['mb_per_s']:>7.1f} {r['first_batch_s']:>8.3f} {r['peak_rss_mb']:>7.0f} "
+                     f"{r['peak_pss_mb']:>7.0f} {r.get('vs_loose', 1):>7.2f}x")
+    for name, ceiling in report["ceilings"].items():
+        if isinstance(ceiling, dict):
+            lines.append(f"ceiling, cat of {name}: {ceiling['cat_samples_per_s']:,.0f} samples/s")
+        else:
+            lines.append(f"ceiling, decode on every core: {ceiling:,.0f} samples/s")
+    if report["cold_drop_works"] is not None:
+        lines.append("page cache drop: " + ("took effect" if report["cold_drop_works"] else
+                                            "did NOT take effect; cold figures are warm"))
+    lines += [f"recommended num_workers for {name}: {w}"
+              for name, w in sorted(report["recommend"].items())]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    lines = dict.fromkeys((r["reader"], r["cache"]) for r in report["results"])
+    colours = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(n for n, _ in lines))}
+    for name, cache in lines:
+        rows = sorted((r for r in report["results"] if (r["reader"], r["cache"]) == (name, cache)),
+                      key=lambda r: r["workers"])
+        axes.plot([r["workers"] for r in rows], [r["samples_per_s"] for r in rows], marker="o",
+                  linestyle="-" if cache == "warm" else "--", color=colours[name],
+                  label=f"{name} ({cache})")
+    axes.set(xlabel="DataLoader workers", ylabel="samples/s", title="packer bench")
+    axes.set_xticks(sorted({r["workers"] for r in report["results"]}))
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+

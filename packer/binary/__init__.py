@@ -1,0 +1,1 @@
+"""Binary dumps described by spec files."""

@@ -1,0 +1,251 @@
+"""A binary dump read against its spec: the checks, the header values, the records.
+
+`examine_dump` never fails on what the bytes hold: it records every check, so
+`inspect-binary` can show what does not fit. `open_dump` is the strict entry for
+packing: it raises `DumpError` with the first failed check.
+
+Records are read with `np.fromfile(offset=..., count=...)`, a range at a time, so
+memory is bounded by the range asked for, never by the dump.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from packer.binary.spec import Field, Spec
+from packer.errors import PackerError, UsageProblem
+
+CHUNK_BYTES = 64 * 2**20  # records read per step when scanning a whole dump
+
+
+class DumpError(PackerError):
+    """A dump whose bytes do not fit its spec: bad magic, cut records, a wrong count."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # "header.magic", "records", ...
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class Dump:
+    path: Path
+    spec: Spec
+    size: int  # the file's size in bytes
+    header: dict  # header field name -> value (int, float, bytes, or a list for shapes)
+    count: int  # whole records to read (after --tail drop, if given)
+    trailing: int  # bytes after those records
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def byte_order(self) -> str:
+        return self.spec.byte_order
+
+    @property
+    def data_offset(self) -> int:
+        return self.spec.header.size
+
+    def records(self, start: int = 0, count: int | None = None, native: bool = True):
+        """Records start..start+count-1 as a structured array (native byte order unless
+        `native=False`, which keeps the file's order)."""
+        count = self.count - start if count is None else count
+        if not (0 <= start and 0 <= count and start + count <= self.count):
+            raise UsageProblem(f"{self.path}: records {start:,}..{start + count - 1:,} asked "
+                               f"for, but it holds records 0..{self.count - 1:,}")
+        dtype = self.spec.record_dtype
+        if count == 0:
+            return np.empty(0, dtype.newbyteorder("=") if native else dtype)
+        offset = self.data_offset + start * dtype.itemsize
+        records = np.fromfile(self.path, dtype=dtype, count=count, offset=offset)
+        return records.astype(dtype.newbyteorder("=")) if native else records
+
+    def chunks(self, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+        """Every record, in native-order arrays of about chunk_bytes each."""
+        per_chunk = max(1, chunk_bytes // self.spec.record.size)
+        for start in range(0, self.count, per_chunk):
+            yield self.records(start, min(per_chunk, self.count - start))
+
+    def field_stats(self, chunk_bytes: int = CHUNK_BYTES) -> dict[str, dict]:
+        """min/max/mean of each numeric field over all records (every element of a
+        shaped field); NaN and infinities are counted apart and left out."""
+        numeric = [f for f in self.spec.record.fields if f.kind in ("int", "float")]
+        totals = {f.name: _Totals() for f in numeric}
+        for chunk in self.chunks(chunk_bytes):
+            for field in numeric:
+                totals[field.name].add(chunk[field.name])
+        return {name: t.result() for name, t in totals.items()}
+
+
+class _Totals:
+    def __init__(self):
+        self.low = self.high = None
+        self.total, self.finite, self.non_finite = 0.0, 0, 0
+
+    def add(self, values: np.ndarray) -> None:
+        finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values.ravel()
+        self.non_finite += values.size - finite.size
+        if finite.size:
+            low, high = finite.min().item(), finite.max().item()
+            self.low = low if self.low is None else min(self.low, low)
+            self.high = high if self.high is None else max(self.high, high)
+            self.total += float(finite.sum(dtype=np.float64))
+            self.finite += finite.size
+
+    def result(self) -> dict:
+        mean = self.total / self.finite if self.finite else None
+        return {"min": self.low, "max": self.high, "mean": mean, "values": self.finite,
+                "non_finite": self.non_finite}
+
+
+def open_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+    """The dump at path, checked against spec; raises DumpError if any check fails.
+
+    tail: None follows the spec's `trailing`; "drop" packs the whole records and
+    leaves out trailing bytes (a cut last record included); "error" refuses them."""
+    dump = examine_dump(path, spec, tail)
+    failed = next((c for c in dump.checks if not c.ok), None)
+    if failed:
+        raise DumpError(f"{dump.path}: {failed.message}")
+    return dump
+
+
+def examine_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+    """The dump at path with every check's outcome; raises only for a file that is
+    missing, a folder or empty."""
+    path = Path(path)
+    size = dump_size(path)
+    drop = tail == "drop" or (tail is None and spec.trailing == "ignore")
+    header_size = spec.header.size
+    if size < header_size:
+        check = Check("header", False, f"{size:,} bytes, shorter than the {header_size:,}-byte "
+                                       f"header the spec {spec.source} describes")
+        return Dump(path, spec, size, {}, 0, 0, (check,))
+    raw_header = read_bytes(path, 0, header_size)
+    header = header_values(raw_header, spec)
+    checks = [_expect_check(f, raw_header, spec) for f in spec.header.fields if f.expect]
+    count_check, count = _count_check(size, header, spec, drop, tail)
+    checks.append(count_check)
+    trailing = size - header_size - count * spec.record.size
+    return Dump(path, spec, size, header, count, trailing, tuple(checks))
+
+
+def dump_size(path: Path) -> int:
+    if not path.exists():
+        raise UsageProblem(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageProblem(f"{path}: is a folder; give one binary file")
+    size = path.stat().st_size
+    if size == 0:
+        raise DumpError(f"{path}: the file is empty (0 bytes); nothing to read")
+    return size
+
+
+def read_bytes(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as file:
+        file.seek(offset)
+        return file.read(length)
+
+
+def header_values(raw_header: bytes, spec: Spec) -> dict:
+    if not spec.header.size:
+        return {}
+    values = np.frombuffer(raw_header, dtype=spec.header_dtype, count=1)[0]
+    return {f.name: python_value(f, values[f.name]) for f in spec.header.fields
+            if f.kind != "pad"}
+
+
+def python_value(field: Field, value):
+    """A field's decoded value as plain Python: bytes, int, float or nested lists."""
+    if field.kind == "bytes":
+        return np.asarray(value, dtype=np.uint8).tobytes()
+    return np.asarray(value).tolist()
+
+
+def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
+    found = raw_header[field.offset:field.end]
+    where = f"at offset {field.offset}"
+    if found == field.expect:
+        return Check(field.key, True, f"{where}: {describe_bytes(found, field, spec)} "
+                                      f"as expected")
+    message = (f"{where}: expected {describe_bytes(field.expect, field, spec)}, found "
+               f"{describe_bytes(found, field, spec)}")
+    if found[::-1] == field.expect and field.element.itemsize > 1:
+        message += (f"; these are the expected bytes reversed: is byte_order = "
+                    f"\"{spec.byte_order}\" right?")
+    else:
+        message += f"; this file does not look like what {spec.source} describes"
+    return Check(field.key, False, message)
+
+
+def describe_bytes(raw: bytes, field: Field, spec: Spec) -> str:
+    """Bytes as hex, with their text (bytes fields) or number (numeric fields)."""
+    hex_text = raw.hex(" ")
+    if field.kind == "bytes":
+        return f"{hex_text} ({raw.decode('latin-1')!r})"
+    value = np.frombuffer(raw, dtype=field.element)
+    return f"{value.item() if value.size == 1 else value.tolist()} ({hex_text})"
+
+
+def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail) -> tuple[Check, int]:
+    """The records check and the number of whole records to read."""
+    header_size, record_size = spec.header.size, spec.record.size
+    whole, cut = divmod(size - header_size, record_size)
+    layout = f"{size:,} bytes = {header_size:,} header + {whole:,} records of {record_size:,}"
+    cut_record = (f"record {whole:,} starts at offset {header_size + whole * record_size:,} "
+                  f"and is cut after {cut:,} of its {record_size:,} bytes")
+    why_dropped = "--tail drop" if tail == "drop" else f"trailing = \"ignore\" in {spec.source}"
+    if spec.count_from == "file_size":
+        if not cut:
+            return Check("records", True, layout), whole
+        layout += f" + {cut:,} trailing bytes"
+        if drop:
+            return Check("records", True, f"{layout}, left out ({why_dropped})"), whole
+        return Check("records", False, f"{layout}; {cut_record}; pass --tail drop to pack "
+                                       f"the {whole:,} whole records"), whole
+    declared, problem = _declared_count(header, spec)
+    if problem:
+        return Check("records", False, problem), 0
+    said = f"header.{spec.count_field} says {declared:,} records"
+    if declared > whole:
+        holds = f"{said}, but {layout}" + (f" + {cut:,} bytes; {cut_record}" if cut else "")
+        if drop:
+            return Check("records", True, f"{holds}; reading the {whole:,} whole records "
+                                          f"({why_dropped})"), whole
+        return Check("records", False, f"{holds}; the dump is cut short or the count is "
+                                       f"wrong; pass --tail drop to pack the {whole:,} "
+                                       f"whole records"), whole
+    extra = size - header_size - declared * record_size
+    layout = (f"{size:,} bytes = {header_size:,} header + {declared:,} records of "
+              f"{record_size:,} (header.{spec.count_field})")
+    if not extra:
+        return Check("records", True, layout), declared
+    layout += f" + {extra:,} trailing bytes"
+    if drop:
+        return Check("records", True, f"{layout}, left out ({why_dropped})"), declared
+    return Check("records", False, f"{layout}; pass --tail drop to pack the {declared:,} "
+                                   f"records and leave the rest out, or set trailing = "
+                                   f"\"ignore\" in {spec.source} if bytes after the records "
+                                   f"are expected"), declared
+
+
+def _declared_count(header: dict, spec: Spec) -> tuple[int, str | None]:
+    """The header's record count, or a message saying why it is unusable."""
+    value, record_size = header[spec.count_field], spec.record.size
+    where = f"header.{spec.count_field} = {value:,}"
+    if value < 0:
+        return 0, f"{where} is negative; it cannot be a count"
+    if spec.count_unit == "records":
+        return value, None
+    records, rest = divmod(value, record_size)
+    if rest:
+        return 0, (f"{where} bytes is not a whole number of {record_size}-byte records "
+                   f"({records:,} records + {rest} bytes); check the spec's record fields")
+    return records, None

@@ -1,0 +1,45 @@
+"""`packer bench` on a small dataset: every figure present, counts agreeing."""
+
+import json
+
+import pytest
+
+from conftest import image_bytes, run
+
+
+@pytest.fixture
+def loose_and_packed(tmp_path):
+    images = tmp_path / "images"
+    for c in range(3):
+        (images / f"c{c}").mkdir(parents=True)
+        for i in range(20):
+            (images / f"c{c}" / f"{i}.jpg").write_bytes(image_bytes(c * 50 + i, size=(40, 30)))
+    (images / "c0" / "broken.jpg").write_bytes(b"not an image")
+    run("pack", images, "-o", tmp_path / "wds", "-q")
+    run("pack", images, "--to", "hdf5", "-o", tmp_path / "h5", "-q")
+    return images, tmp_path / "wds", tmp_path / "h5"
+
+
+def test_bench_reports_every_reader_and_worker_count(loose_and_packed, tmp_path):
+    paths = [str(p) for p in loose_and_packed]
+    out = run("bench", *paths, "--workers", "0,1", "--repeat", "1", "--cold", "--batch-size",
+              "16", "--json", tmp_path / "b.json", "--plot", tmp_path / "b.png", "-q").output
+    report = json.loads((tmp_path / "b.json").read_text())
+    rows = {(r["reader"], r["cache"], r["workers"]): r for r in report["results"]}
+    assert set(rows) == {(p, c, w) for p in paths for c in ("warm", "cold") for w in (0, 1)}
+    assert {r["samples"] for r in rows.values()} == {60}  # the broken file is left out
+    for row in rows.values():
+        assert row["samples_per_s"] > 0 and row["mb_per_s"] > 0 and row["first_batch_s"] > 0
+        assert row["peak_rss_mb"] >= row["peak_pss_mb"] > 0 and row["vs_loose"] > 0
+    assert report["cold_drop_works"] is True
+    assert report["ceilings"]["decode_limit_samples_per_s"] > 0
+    assert all(report["ceilings"][p]["cat_samples_per_s"] > 0 for p in paths)
+    assert set(report["recommend"]) == set(paths)
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "recommended num_workers" in out and "page cache drop: took effect" in out
+
+
+def test_bench_refuses_bad_paths_and_worker_counts(loose_and_packed, tmp_path):
+    assert "not a folder" in run("bench", tmp_path / "missing", expect=2).output
+    bad = run("bench", str(loose_and_packed[0]), "--workers", "-1", expect=2).output
+    assert "0 or more" in bad
