@@ -89,7 +89,7 @@ _CHEAP_CHECKS = {
 }
 
 
-_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WEBP",
+PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WEBP",
                 "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF"}
 
 
@@ -97,7 +97,7 @@ def _decode_image(data: bytes, kind: str) -> str | None:
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[kind]]) as image:
+        with Image.open(io.BytesIO(data), formats=[PIL_FORMATS[kind]]) as image:
             image.load()
     except Exception as err:  # PIL raises many types for bad data; each is a skip reason
         return f"cannot decode the image: {err}"
@@ -113,6 +113,6 @@ def check_file(field: str, data: bytes, mode: str) -> str | None:
     kind = field.lower()
     check = _CHEAP_CHECKS.get(kind)
     reason = check(data) if check else None
-    if reason is None and mode == "decode" and kind in _PIL_FORMATS:
+    if reason is None and mode == "decode" and kind in PIL_FORMATS:
         reason = _decode_image(data, kind)
     return reason

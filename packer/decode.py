@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
+from packer.checks import PIL_FORMATS
 from packer.formats.base import KEY
 
 DECODE_MODES = ("rgb8", "pil", "raw")
@@ -48,9 +49,15 @@ def to_rgb8(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def decode_image(data: bytes, size: tuple[int, int] | None) -> Image.Image:
-    """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given."""
-    image = Image.open(io.BytesIO(data))
+def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None
+                 ) -> Image.Image:
+    """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given.
+    `kind` (the field's extension) spares PIL from trying every format."""
+    hint = PIL_FORMATS.get(kind)
+    try:
+        image = Image.open(io.BytesIO(data), formats=[hint] if hint else None)
+    except UnidentifiedImageError:  # named for another format: let PIL try them all
+        image = Image.open(io.BytesIO(data))
     if size is not None and image.format == "JPEG":
         side = max(size)  # decode at a reduced scale that still covers the target
         image.draft("RGB", (side, side))
@@ -90,7 +97,7 @@ class Decoder:
         if kind in IMAGE_FIELDS:
             if self.mode == "raw":
                 return value
-            image = decode_image(value, self.size)
+            image = decode_image(value, self.size, kind)
             return image if self.mode == "pil" else image_tensor(image)
         if kind == "cls":
             return int(value)

@@ -70,3 +70,8 @@ def encoded_npy(array) -> bytes:
 def test_unknown_decode_mode_is_refused():
     with pytest.raises(ValueError, match="use one of rgb8, pil, raw"):
         Decoder("rgb16")
+
+
+def test_an_image_named_for_another_format_still_decodes():
+    png = encoded(Image.new("RGB", (3, 2), (5, 6, 7)), "PNG")
+    assert rgb8(png, "jpg")[:, 0, 0].tolist() == [5, 6, 7]

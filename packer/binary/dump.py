@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.binary.spec import Field, Spec
+from packer.binary.fields import Field
+from packer.binary.spec import Spec
 from packer.errors import PackerError, UsageProblem
 
 CHUNK_BYTES = 64 * 2**20  # records read per step when scanning a whole dump
@@ -64,8 +65,15 @@ class Dump:
         if count == 0:
             return np.empty(0, dtype.newbyteorder("=") if native else dtype)
         offset = self.data_offset + start * dtype.itemsize
-        records = np.fromfile(self.path, dtype=dtype, count=count, offset=offset)
-        return records.astype(dtype.newbyteorder("=")) if native else records
+        raw = np.fromfile(self.path, dtype=np.uint8, count=count * dtype.itemsize, offset=offset)
+        records = raw.view(dtype)
+        if not native or dtype.isnative:
+            return records
+        # Swapped field by field in place: astype or byteswap() would copy the fields
+        # only and leave the padding bytes uninitialised.
+        for name in dtype.names:
+            records[name].byteswap(inplace=True)
+        return records.view(dtype.newbyteorder("="))
 
     def chunks(self, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         """Every record, in native-order arrays of about chunk_bytes each."""

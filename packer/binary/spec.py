@@ -6,7 +6,6 @@ and what bytes after the last record mean. `docs/binary.md` describes the format
 `packer/binary/specs/` holds worked examples, loadable by name (`load_spec("imu")`).
 """
 
-import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -14,54 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
+from packer.binary.fields import Field, check_keys, is_int, parse_field
 from packer.errors import PackerError, UsageProblem
 
-NUMERIC_TYPES = ("u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8", "f2", "f4", "f8")
-TYPE_HELP = "u1 u2 u4 u8 i1 i2 i4 i8 f2 f4 f8, bytesN (e.g. bytes16) or padN (e.g. pad2)"
 BYTE_ORDERS = {"little": "<", "big": ">"}
 TRAILING_RULES = ("error", "ignore")
 COUNT_UNITS = ("records", "bytes")
-_SIZED_TYPE = re.compile(r"(bytes|pad)([1-9][0-9]*)")
 _TOP_KEYS = ("description", "byte_order", "header", "record", "count", "trailing")
-_FIELD_KEYS = ("type", "shape", "offset", "expect", "expect_hex", "padding")
 
 
 class SpecError(PackerError):
     """A spec file that cannot be read or does not describe a consistent layout."""
-
-
-@dataclass(frozen=True)
-class Field:
-    """One named run of bytes in the header or in a record."""
-
-    key: str  # where the field is in the spec, e.g. "record.fields.accel"
-    name: str
-    type: str
-    offset: int
-    shape: tuple[int, ...]  # bytesN and padN end with an axis of N bytes
-    element: np.dtype  # one element, byte order applied; uint8 for bytes and padding
-    expect: bytes | None = None  # the expected bytes, in file order
-
-    @property
-    def kind(self) -> str:
-        """"pad", "bytes", "int" or "float"."""
-        sized = _SIZED_TYPE.fullmatch(self.type)
-        if sized:
-            return sized.group(1)
-        return "float" if self.element.kind == "f" else "int"
-
-    @property
-    def size(self) -> int:
-        return self.element.itemsize * int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.size
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The field's dtype inside the structured dtype (a sub-array when shaped)."""
-        return np.dtype((self.element, self.shape)) if self.shape else self.element
 
 
 @dataclass(frozen=True)
@@ -77,9 +39,6 @@ class Layout:
         named = [f for f in self.fields if f.kind != "pad"]
         return np.dtype({"names": [f.name for f in named], "formats": [f.dtype for f in named],
                          "offsets": [f.offset for f in named], "itemsize": self.size})
-
-    def field(self, name: str) -> Field:
-        return next(f for f in self.fields if f.name == name)
 
 
 @dataclass(frozen=True)
@@ -145,7 +104,7 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
     def fail(message: str):
         raise SpecError(f"{source}: {message}")
 
-    _check_keys(data, _TOP_KEYS, "the top level", fail)
+    check_keys(data, _TOP_KEYS, "the top level", fail)
     byte_order = data.get("byte_order")
     if byte_order not in BYTE_ORDERS:
         fail(f"byte_order = {byte_order!r}: say byte_order = \"little\" or \"big\""
@@ -164,12 +123,6 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
                 trailing, str(data.get("description", "")))
 
 
-def _check_keys(table: dict, allowed: tuple[str, ...], where: str, fail) -> None:
-    unknown = [k for k in table if k not in allowed]
-    if unknown:
-        fail(f"unknown key {unknown[0]!r} in {where}; allowed: {', '.join(allowed)}")
-
-
 def _table(data: dict, key: str, fail, default: dict | None = None) -> dict:
     value = data.get(key, default)
     if not isinstance(value, dict):
@@ -178,14 +131,14 @@ def _table(data: dict, key: str, fail, default: dict | None = None) -> dict:
 
 
 def _parse_layout(table: dict, key: str, order: str, fail) -> Layout:
-    _check_keys(table, ("size", "fields"), f"[{key}]", fail)
+    check_keys(table, ("size", "fields"), f"[{key}]", fail)
     fields_table = _table(table, "fields", fail, default={})
     if not fields_table and key == "record":
         fail("record.fields is missing or empty; describe at least one field, "
              "e.g. value = {type = \"f4\"}")
     fields, next_offset = [], 0
     for name, field_table in fields_table.items():
-        field = _parse_field(name, field_table, f"{key}.fields.{name}", order, next_offset, fail)
+        field = parse_field(name, field_table, f"{key}.fields.{name}", order, next_offset, fail)
         fields.append(field)
         next_offset = field.end
     fields.sort(key=lambda f: f.offset)
@@ -203,7 +156,7 @@ def _layout_size(table: dict, key: str, end: int, fields: list[Field], fail) -> 
             fail("missing key header.size (the header's length in bytes)")
         return end
     size = table["size"]
-    if not _is_int(size) or size < 0:
+    if not is_int(size) or size < 0:
         fail(f"{key}.size = {size!r}: give a length in bytes (an integer, 0 or more)")
     last = max(fields, key=lambda f: f.end, default=None)
     if last is not None and last.end > size:
@@ -215,87 +168,6 @@ def _layout_size(table: dict, key: str, end: int, fields: list[Field], fail) -> 
              f"each record are not described; add a field such as "
              f"_pad = {{type = \"pad{size - end}\"}} or correct record.size")
     return size
-
-
-def _parse_field(name: str, table, key: str, order: str, next_offset: int, fail) -> Field:
-    if not isinstance(table, dict):
-        fail(f"{key} = {table!r}: a field is a table, e.g. {name} = {{type = \"u4\"}}")
-    _check_keys(table, _FIELD_KEYS, key, fail)
-    type_name = _field_type(table, key, fail)
-    element, bytes_axis = _element(type_name, order, key, fail)
-    shape = _shape(table.get("shape", []), key, fail)
-    if bytes_axis and type_name.startswith("pad") and shape:
-        fail(f"{key}: padding takes no shape; write pad{bytes_axis * int(np.prod(shape))}")
-    offset = table.get("offset", next_offset)
-    if not _is_int(offset) or offset < 0:
-        fail(f"{key}.offset = {offset!r}: give a byte offset (an integer, 0 or more)")
-    field = Field(key, name, type_name, offset, shape + bytes_axis, element)
-    expect = _expected_bytes(table, field, fail)
-    return Field(key, name, type_name, offset, field.shape, element, expect)
-
-
-def _field_type(table: dict, key: str, fail) -> str:
-    if "padding" in table:
-        size = table["padding"]
-        if "type" in table or not _is_int(size) or size < 1:
-            fail(f"{key}: write padding = N (a byte count, 1 or more) without a type")
-        return f"pad{size}"
-    if "type" not in table:
-        fail(f"{key}: missing key 'type'; use one of {TYPE_HELP}")
-    return table["type"]
-
-
-def _element(type_name, order: str, key: str, fail) -> tuple[np.dtype, tuple[int, ...]]:
-    """The element dtype of a type name, and the bytes axis that bytesN/padN add."""
-    if type_name in NUMERIC_TYPES:
-        return np.dtype(type_name).newbyteorder(order), ()
-    sized = _SIZED_TYPE.fullmatch(type_name) if isinstance(type_name, str) else None
-    if not sized:
-        fail(f"{key}.type = {type_name!r} is not a type; use one of {TYPE_HELP}")
-    return np.dtype(np.uint8), (int(sized.group(2)),)
-
-
-def _shape(shape, key: str, fail) -> tuple[int, ...]:
-    if not isinstance(shape, list) or not all(_is_int(n) and n >= 1 for n in shape):
-        fail(f"{key}.shape = {shape!r}: give a list of positive integers, e.g. shape = [3]")
-    return tuple(shape)
-
-
-def _expected_bytes(table: dict, field: Field, fail) -> bytes | None:
-    if "expect" in table and "expect_hex" in table:
-        fail(f"{field.key}: give expect or expect_hex, not both")
-    if "expect_hex" in table:
-        try:
-            expected = bytes.fromhex(str(table["expect_hex"]).removeprefix("0x"))
-        except ValueError:
-            fail(f"{field.key}.expect_hex = {table['expect_hex']!r}: not hex digits "
-                 f"(e.g. \"49 4d 55 31\")")
-    elif "expect" in table:
-        expected = _encode_expected(table["expect"], field, fail)
-    else:
-        return None
-    if len(expected) != field.size:
-        fail(f"{field.key}: the expected value has {len(expected)} bytes but the field "
-             f"has {field.size}")
-    return expected
-
-
-def _encode_expected(value, field: Field, fail) -> bytes:
-    if field.kind == "bytes":
-        if not isinstance(value, str):
-            fail(f"{field.key}.expect = {value!r}: a bytes field expects text, e.g. "
-                 f"\"RIFF\", or use expect_hex")
-        return value.encode("utf-8")
-    if field.kind == "pad" or field.shape or isinstance(value, bool) or \
-            not isinstance(value, int | float):
-        fail(f"{field.key}.expect = {value!r}: expect takes a number for a single "
-             f"{field.type} value (use expect_hex for other fields)")
-    if field.kind == "int":
-        limits = np.iinfo(field.element)
-        if not _is_int(value) or not limits.min <= value <= limits.max:
-            fail(f"{field.key}.expect = {value!r} does not fit a {field.type} "
-                 f"({limits.min}..{limits.max})")
-    return np.array(value, dtype=field.element).tobytes()
 
 
 def _check_overlaps(fields: list[Field], fail) -> None:
@@ -314,11 +186,13 @@ def _parse_count(count, header: Layout, fail) -> tuple[str, str | None, str]:
         return "file_size", None, "records"
     if not isinstance(count, dict) or count.get("from") not in ("header", "file_size"):
         fail(f"count = {count!r}: write {example}")
-    _check_keys(count, ("from", "field", "unit"), "count", fail)
+    check_keys(count, ("from", "field", "unit"), "count", fail)
     unit = count.get("unit", "records")
     if unit not in COUNT_UNITS:
         fail(f"count.unit = {unit!r}: use \"records\" or \"bytes\"")
     if count["from"] == "file_size":
+        if set(count) != {"from"}:
+            fail("count = {from = \"file_size\"} takes no other keys")
         return "file_size", None, unit
     name = count.get("field")
     names = [f.name for f in header.fields if f.kind == "int" and not f.shape]
@@ -326,7 +200,3 @@ def _parse_count(count, header: Layout, fail) -> tuple[str, str | None, str]:
         fail(f"count.field = {name!r} is not an integer field of the header; "
              f"header integer fields: {', '.join(names) or 'none'}")
     return "header", name, unit
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
