@@ -9,6 +9,7 @@ import click
 
 from packer import __version__
 from packer.checks import CHECK_MODES
+from packer.cli_binary import inspect_binary
 from packer.errors import PackerError, UsageProblem
 from packer.formats import FORMAT_NAMES
 from packer.report import inspect_text, pack_summary, pack_text, verify_text
@@ -256,6 +257,9 @@ def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size,
         json_path.write_text(json.dumps(report, indent=1))
     if plot_path:
         plot(report, plot_path)
+
+
+cli.add_command(inspect_binary)
 
 
 def main():

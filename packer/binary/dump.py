@@ -18,7 +18,7 @@ from packer.binary.fields import Field
 from packer.binary.spec import Spec
 from packer.errors import PackerError, UsageProblem
 
-CHUNK_BYTES = 64 * 2**20  # records read per step when scanning a whole dump
+CHUNK_BYTES = 16 * 2**20  # bytes of records read per step when scanning a whole dump
 
 
 class DumpError(PackerError):
@@ -54,7 +54,8 @@ class Dump:
     def data_offset(self) -> int:
         return self.spec.header.size
 
-    def records(self, start: int = 0, count: int | None = None, native: bool = True):
+    def records(self, start: int = 0, count: int | None = None,
+                native: bool = True) -> np.ndarray:
         """Records start..start+count-1 as a structured array (native byte order unless
         `native=False`, which keeps the file's order)."""
         count = self.count - start if count is None else count

@@ -35,6 +35,11 @@ class Field:
         return "float" if self.element.kind == "f" else "int"
 
     @property
+    def spec_shape(self) -> tuple[int, ...]:
+        """The shape as the spec states it, without the bytes axis of bytesN/padN."""
+        return self.shape[:-1] if self.kind in ("bytes", "pad") else self.shape
+
+    @property
     def size(self) -> int:
         return self.element.itemsize * int(np.prod(self.shape, dtype=np.int64))
 

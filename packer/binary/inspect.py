@@ -60,7 +60,7 @@ def _plain_hex_report(path: Path, offset: int, length: int) -> dict:
 def spec_report(dump: Dump) -> dict:
     spec = dump.spec
     stats = dump.field_stats() if dump.count else {}
-    fields = [{"name": f.name, "type": f.type, "shape": list(f.shape), "offset": f.offset,
+    fields = [{"name": f.name, "type": f.type, "shape": list(f.spec_shape), "offset": f.offset,
                **stats.get(f.name, {})} for f in spec.record.fields if f.kind != "pad"]
     return {"mode": "spec", "file": str(dump.path), "size": dump.size, "spec": spec.source,
             "description": spec.description, "byte_order": dump.byte_order,
@@ -119,7 +119,8 @@ def _render_checks(checks: list[dict], color: bool) -> list[str]:
     for check in checks:
         mark = "ok  " if check["ok"] else "FAIL"
         if color:
-            mark = click.style(mark, fg="green" if check["ok"] else "red", bold=not check["ok"])
+            mark = (click.style(mark, fg="green") if check["ok"]
+                    else click.style(mark, fg="red", bold=True))
         lines.append(f"  {mark}  {check['name']}: {check['message']}")
     return lines
 
@@ -137,12 +138,11 @@ def _render_overlay(report: dict, color: bool) -> str:
     raws = [_raw_cell(row, color) for row in rows]
     name_width = max(map(len, names), default=0)
     raw_width = max(map(len, raws), default=0)
-    colours = {}
+    valued = dict.fromkeys(row["field"] for row in rows if "value" in row)
+    colours = {field: FIELD_COLOURS[i % len(FIELD_COLOURS)] for i, field in enumerate(valued)}
     for row, name, raw in zip(rows, names, raws, strict=True):
-        colour = colours.setdefault((row["section"], row["field"]),
-                                    FIELD_COLOURS[len(colours) % len(FIELD_COLOURS)])
-        lines.append(_overlay_line(row, name.ljust(name_width), raw.ljust(raw_width), colour,
-                                   report["both_orders"], color))
+        lines.append(_overlay_line(row, name.ljust(name_width), raw.ljust(raw_width),
+                                   colours.get(row["field"]), report["both_orders"], color))
     lines += _render_checks(report["checks"], color)
     return "\n".join(lines)
 
@@ -158,10 +158,10 @@ def _raw_cell(row: dict, color: bool) -> str:
     return raw if color else f"[{raw}]"
 
 
-def _overlay_line(row: dict, name: str, raw: str, colour: str, both_orders: bool,
+def _overlay_line(row: dict, name: str, raw: str, colour: str | None, both_orders: bool,
                   color: bool) -> str:
     if color:  # styled after padding, so escape codes do not upset the column widths
-        style = {"fg": colour} if row["field"] is not None else {"dim": True}
+        style = {"fg": colour} if colour else {"dim": True}
         name, raw = click.style(name, **style), click.style(raw, **style)
     line = f"  0x{row['offset']:08x}  {name}  {raw}"
     if "value" in row:

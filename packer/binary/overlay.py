@@ -7,12 +7,11 @@ import numpy as np
 
 from packer.binary.dump import Dump, python_value, read_bytes
 from packer.binary.fields import Field
-from packer.binary.spec import Layout
+from packer.binary.spec import BYTE_ORDERS, Layout
 from packer.errors import UsageProblem
 
 SHOWN_BYTES = 16  # raw bytes shown per row; longer fields are cut with "..."
 SHOWN_ITEMS = 6  # array elements shown per value
-ORDERS = {"little": "<", "big": ">"}
 
 
 def overlay_report(dump: Dump, first: int = 0, count: int = 3,
@@ -41,7 +40,7 @@ def _layout_rows(dump: Dump, layout: Layout, start: int, count: int, first: int 
     """Rows for `count` consecutive copies of layout (the header, or records) at start."""
     raw = read_bytes(dump.path, start, count * layout.size)
     decoded = {order: np.frombuffer(raw, dtype=layout.dtype.newbyteorder(char))
-               for order, char in ORDERS.items()} if layout.size else {}
+               for order, char in BYTE_ORDERS.items()} if layout.size else {}
     rows = []
     for index in range(count):
         base = index * layout.size
@@ -91,11 +90,8 @@ def _trailing_row(dump: Dump) -> dict:
 
 
 def json_value(value):
-    """Decoded values for JSON: bytes as text when printable ASCII, else as hex."""
-    if isinstance(value, bytes):
-        printable = all(0x20 <= b < 0x7F for b in value)
-        return value.decode("ascii") if printable else "0x" + value.hex()
-    return value
+    """Decoded values for JSON: bytes as text, with Python escapes for other bytes."""
+    return repr(value)[2:-1] if isinstance(value, bytes) else value
 
 
 def value_text(value) -> str:
