@@ -81,7 +81,8 @@ def cli():
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="Output folder (written as OUTPUT.partial, renamed when complete).")
 @click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="CSV of filename,label rows for a flat folder; string labels become ids.")
+              help="CSV of filename,label rows for a flat folder; string labels become ids. "
+                   "For a binary dump: one label per record.")
 @click.option("--unlabelled", is_flag=True,
               help="Do not take classes from sub-folder names; keys keep the paths.")
 @click.option("--group-by-stem", is_flag=True,
@@ -103,20 +104,40 @@ def cli():
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--spec", metavar="SPEC",
+              help="Binary input: a spec file (.toml) or a shipped spec (imu, pcm16, mnist-idx); "
+                   "SOURCE is then a dump, or a folder of small binary files.")
+@click.option("--window", type=click.IntRange(min=1),
+              help="Binary dump: one sample per window of this many records (default: one "
+                   "sample per record).")
+@click.option("--stride", type=click.IntRange(min=1),
+              help="Binary dump: records between window starts (default: the window).")
+@click.option("--tail", type=click.Choice(["error", "drop"]),
+              help="Binary: bytes after the last whole record: refuse them, or leave them out.")
+@click.option("--label-field", metavar="FIELD",
+              help="Binary dump: the record field whose values are the classes.")
+@click.option("--label-spec", metavar="SPEC",
+              help="Binary dump: --labels is a binary file read with this spec (e.g. "
+                   "mnist-idx-labels); without it, --labels has one label per line.")
 @json_option
 @quiet_option
 def pack(source, out, as_json, quiet, **options):
-    """Pack the folder SOURCE into one dataset.
+    """Pack SOURCE, a folder of files (or with --spec a binary dump), into one dataset.
 
-    Classes come from sub-folder names (ImageFolder layout), from --labels, or
-    there are none. Bad inputs are listed with their reason, never dropped
-    silently. Files are stored byte for byte.
+    Classes come from sub-folder names (ImageFolder layout), from --labels, from a
+    record field, or there are none. Bad inputs are listed with their reason, never
+    dropped silently. Files are stored byte for byte; binary records as arrays in
+    their own type and native byte order.
 
     \b
     Example:
       packer pack ./images --to webdataset -o ./images-wds --workers 2
       packer pack ./flat --labels labels.csv --to lmdb -o ./flat.lmdb
       packer pack ./scans --group-by-stem --to hdf5 -o ./scans.h5
+      packer pack imu.bin --spec imu.toml --to hdf5 -o imu.h5 --window 256 --stride 128
+      packer pack ./wavs --spec pcm16 --to webdataset -o wavs-wds
+      packer pack train-images-idx3-ubyte --spec mnist-idx --labels \\
+          train-labels-idx1-ubyte --label-spec mnist-idx-labels --to hdf5 -o mnist.h5
     """
     from packer.packing import PackOptions
     from packer.packing import pack as run_pack

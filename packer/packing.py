@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from packer import __version__
@@ -48,6 +49,12 @@ class PackOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    spec: str | None = None
+    window: int | None = None
+    stride: int | None = None
+    tail: str | None = None
+    label_field: str | None = None
+    label_spec: str | None = None
 
     def recorded(self) -> dict:
         """The options that shape the output, as the manifest records them."""
@@ -77,12 +84,24 @@ class Tally:
         if item.label is not None:
             self.class_counts[item.label] += 1
 
+    def add_block(self, columns: dict) -> None:
+        rows = len(next(iter(columns.values())))
+        for name, values in columns.items():
+            entry = self.fields.setdefault(name, {"count": 0, "bytes": 0})
+            entry["count"] += rows
+            entry["bytes"] += 0 if name == "cls" else values.nbytes
+            self.input_bytes += 0 if name == "cls" else values.nbytes
+        if "cls" in columns:
+            counts = np.bincount(columns["cls"], minlength=len(self.class_counts))
+            self.class_counts = [a + int(b) for a, b in zip(self.class_counts, counts,
+                                                             strict=True)]
+
 
 def check_paths(source: Path, out: Path, options: PackOptions) -> None:
     if not source.exists():
         raise UsageProblem(f"{source}: no such file or folder")
-    if not source.is_dir():
-        raise UsageProblem(f"{source}: not a folder (the files source packs a folder)")
+    if not source.is_dir() and not options.spec:
+        raise UsageProblem(f"{source}: not a folder; a binary dump is packed with --spec")
     src, dst = source.resolve(), out.resolve()
     if dst.is_relative_to(src):
         raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
@@ -100,7 +119,8 @@ def _plan(source, options: PackOptions) -> dict:
     fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.recorded()],
                                             default=str).encode()).hexdigest()
     return {"fields": source.field_specs, "classes": source.classes,
-            "input_bytes": source.input_bytes, "fingerprint": fingerprint}
+            "input_bytes": source.input_bytes, "fingerprint": fingerprint,
+            "implicit_keys": hasattr(source, "blocks") and options.to == "hdf5"}
 
 
 def _start(out: Path, plan: dict, options: PackOptions):
@@ -163,12 +183,25 @@ def _unspool(chunk: Chunk) -> Chunk:
     return chunk._replace(blob=blob, spool=None)
 
 
-def _write_all(source, module, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+    """Column blocks straight into the writer: no per-sample step, one part per block."""
+    bar = tqdm(total=source.count, initial=tally.next_input, unit="sample",
+               disable=not options.progress, desc=f"packing to {options.to}", unit_scale=True)
+    for columns in source.blocks(tally.next_input):
+        rows = writer.add_block(columns)
+        tally.add_block(columns)
+        tally.next_input += rows
+        _save_progress(writer, tally, plan)
+        bar.update(rows)
+    bar.close()
+
+
+def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
     start, total = tally.next_input, source.count
     spool = writer.folder / SPOOL_NAME
     shutil.rmtree(spool, ignore_errors=True)
     spool.mkdir()
-    jobs = ((module.read_job, job, options.to,
+    jobs = ((read_job, job, options.to,
              str(spool / f"{n:08d}") if options.workers > 1 else None)
             for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
     bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
@@ -223,10 +256,11 @@ def _publish(work: Path, out: Path) -> None:
 
 
 def pack(path: Path, out: Path, options: PackOptions) -> dict:
-    """Pack `path` (a folder of files) into `out`; returns the manifest."""
+    """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
+    them) into `out`; returns the manifest."""
     path, out = Path(path), Path(out)
     check_paths(path, out, options)
-    source, module = open_source(path, options)
+    source, read_job = open_source(path, options)
     if source.scan_skipped and options.on_error == "fail":
         _fail_on(source.scan_skipped[0], path)
     if not source.count:
@@ -236,7 +270,10 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     writer, tally = _start(out, plan, options)
     began = time.perf_counter()
     try:
-        _write_all(source, module, writer, tally, plan, options)
+        if hasattr(source, "blocks") and hasattr(writer, "add_block"):
+            _write_blocks(source, writer, tally, plan, options)
+        else:
+            _write_all(source, read_job, writer, tally, plan, options)
     except PackerError:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise

@@ -28,7 +28,7 @@ def pack_summary(manifest: dict, out: Path) -> dict:
         "parts": len(manifest["parts"]), "seconds": round(seconds, 3),
         "samples_per_s": round(manifest["count"] / seconds, 1) if seconds else None,
         "mb_per_s": round(packed_bytes / 1e6 / seconds, 2) if seconds else None,
-        "symlinks": manifest["symlinks"], "skipped_inputs": manifest["skipped"],
+        "symlinks": manifest.get("symlinks"), "skipped_inputs": manifest["skipped"],
     }
 
 
@@ -47,17 +47,17 @@ def pack_text(manifest: dict, out: Path) -> str:
         lines.append("skipped 0 inputs")
     if manifest["ignored"]:
         lines.append(f"ignored {s['ignored']:,} hidden or OS junk files (listed in {where})")
-    links = manifest["symlinks"]
+    links = manifest.get("symlinks") or {"count": 0}
     if links["count"]:
         lines.append(f"symlinks: {links['count']:,} "
                      + ("followed" if links["followed"] else
                         "not followed (--no-follow-symlinks), listed as skipped"))
-    if manifest["shared_stems"]:
+    if manifest.get("shared_stems"):
         stems = manifest["shared_stems"]
         lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
                      f"samples (--group-by-stem joins them): {', '.join(stems[:5])}"
                      + (" ..." if len(stems) > 5 else ""))
-    if manifest["unmatched_labels"]:
+    if manifest.get("unmatched_labels"):
         names = manifest["unmatched_labels"]
         lines.append(f"{len(names):,} rows of the labels file name no file: "
                      f"{', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))

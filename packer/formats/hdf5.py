@@ -64,17 +64,22 @@ class Hdf5Writer(Writer):
         path = folder / FILE_NAME
         self.file = h5py.File(path, "a" if path.exists() else "w")
         self.fields = dict(plan["fields"])
+        # Samples from column blocks have keys that are their index: no key dataset.
+        self.columns = ([] if plan.get("implicit_keys") else [KEY]) + list(self.fields)
         self._buffer: list[dict] = []
-        if KEY not in self.file:
+        if self.columns[0] not in self.file:
             self._create()
 
     def _create(self) -> None:
-        for name, spec in {KEY: {"dtype": "str"}, **self.fields}.items():
-            dtype, shape = _layout(spec)
+        specs = {KEY: {"dtype": "str"}, **self.fields}
+        for name in self.columns:
+            dtype, shape = _layout(specs[name])
             row_bytes = max(1, int(np.prod(shape)) * getattr(dtype, "itemsize", 8))
             rows = max(1, min(_CHUNK, (1 << 20) // row_bytes))  # chunks of about 1 MB at most
+            numeric = specs[name]["dtype"] not in ("bytes", "str")
             self.file.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
-                                     chunks=(rows, *shape), dtype=dtype, track_times=False)
+                                     chunks=(rows, *shape), dtype=dtype, track_times=False,
+                                     fletcher32=numeric)  # HDF5 checks every chunk it reads
         self.file.attrs["classes"] = self.plan.get("classes") or []
 
     def _store(self, encoded) -> None:
@@ -85,8 +90,8 @@ class Hdf5Writer(Writer):
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        start, rows = self.file[KEY].shape[0], len(self._buffer)
-        for name in (KEY, *self.fields):
+        start, rows = self.file[self.columns[0]].shape[0], len(self._buffer)
+        for name in self.columns:
             dataset = self.file[name]
             dataset.resize(start + rows, axis=0)
             # write_direct: plain assignment fails when all vlen rows have one length
@@ -104,12 +109,28 @@ class Hdf5Writer(Writer):
             column[i] = _EMPTY if value is None else np.frombuffer(value, np.uint8)
         return column
 
+    def add_block(self, columns: dict[str, np.ndarray]) -> int:
+        """Append a block of samples given as columns, as one part; returns its size."""
+        rows = len(next(iter(columns.values())))
+        start = self.file[self.columns[0]].shape[0]
+        for name, values in columns.items():
+            dataset = self.file[name]
+            dataset.resize(start + rows, axis=0)
+            dataset.write_direct(np.ascontiguousarray(values, dataset.dtype),
+                                 dest_sel=np.s_[start:])
+        part = {"index": len(self.parts), "first": self.count, "count": rows,
+                "bytes": sum(v.nbytes for v in columns.values())}
+        self.file.flush()
+        self.parts.append(part)
+        self.count += rows
+        return rows
+
     def _seal_part(self, part: dict) -> None:
         self._flush_buffer()
         self.file.flush()
 
     def truncate(self, count: int) -> None:
-        for name in (KEY, *self.fields):
+        for name in self.columns:
             self.file[name].resize(count, axis=0)
 
     def finish(self, manifest: dict) -> None:
@@ -137,7 +158,8 @@ class Reader:
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self._open(), self.firsts[part] + start
-        keys = file[KEY][first:first + count]
+        keys = (file[KEY][first:first + count] if KEY in file else
+                [b"%010d" % i for i in range(first, first + count)])
         columns = [(name, spec["dtype"], file[name][first:first + count])
                    for name, spec in self.fields.items()]
         samples = []
@@ -148,10 +170,10 @@ class Reader:
                 if dtype == "bytes":
                     if value.size:
                         sample[name] = value.tobytes()
-                elif dtype == "int64" and value.ndim == 0:
+                elif name == "cls":
                     sample[name] = int(value)
                 else:
-                    sample[name] = value
+                    sample[name] = np.asarray(value)
             samples.append(sample)
         return samples
 

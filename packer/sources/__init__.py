@@ -7,8 +7,9 @@
     describe(options)          the manifest's "source" entry and source-specific extras
 
 and a module-level `read_job(job) -> [(sample or None, skip entries), ...]` that a
-packing worker runs. A sample is a dict `{"__key__": str, FIELD: value}` whose
-values are bytes, ints or numpy arrays.
+packing worker runs. A source may also offer `blocks(start)`: its samples as
+column arrays, which HDF5 stores without a per-sample step. A sample is a dict
+`{"__key__": str, FIELD: value}` whose values are bytes, ints or numpy arrays.
 """
 
 from pathlib import Path
@@ -17,8 +18,12 @@ from packer.sources import files
 
 
 def open_source(path: Path, options):
-    """The source for `path`, with its module (whose `read_job` the workers run)."""
+    """The source for `path`, and the function its jobs are read with in the workers."""
+    if options.spec:
+        from packer.sources.binary import open_binary
+
+        return open_binary(path, options)
     scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                              group_by_stem=options.group_by_stem,
                              follow_symlinks=options.follow_symlinks)
-    return scan, files
+    return scan, files.read_job

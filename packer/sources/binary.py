@@ -1,0 +1,244 @@
+"""The `binary` source: raw dumps described by a spec file (see packer/binary).
+
+Two shapes of input:
+
+- one dump (`packer pack imu.bin --spec imu.toml`): a sample is one record, or a
+  window of records (`--window 256 --stride 128`). Each record field becomes a
+  field `NAME.npy` in its own type and native byte order: `accel` of shape [3]
+  gives `accel.npy` of shape (3,), or (256, 3) per window. `--label-field F` takes
+  the class from a record field (a window's class is that of its last record);
+  class ids are the field's distinct values in sorted order.
+- a folder of small binary files (`packer pack ./wavs --spec pcm16.toml`): a
+  sample is one file, its records as `NAME.npy` arrays of any length; classes come
+  from the folder layout or `--labels`, as for the files source, and a file that
+  does not fit the spec is skipped with the reason.
+
+Samples of a dump are read a range at a time with `np.fromfile`; no Python loop
+runs per record when the output is HDF5 (`blocks`).
+"""
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
+from packer.errors import PackerError, UsageProblem
+from packer.formats.base import KEY, field_bytes
+from packer.sources import files
+
+BLOCK_BYTES = 16 << 20  # bytes of records read at a time for HDF5
+
+
+def _key(index: int) -> str:
+    return f"{index:010d}"
+
+
+class BinaryDump:
+    """One dump as records or windows; picklable (the dump is reopened per job)."""
+
+    kind = "binary"
+
+    def __init__(self, path: Path, options):
+        self.path, self.spec_name = Path(path), options.spec
+        self.tail, self.label_field = options.tail, options.label_field
+        self.spec = load_spec(options.spec)
+        self.dump = open_dump(self.path, self.spec, self.tail)
+        self.windows = (Windows(self.dump.count, options.window, options.stride or options.window)
+                        if options.window else None)
+        self.count = self.windows.count if self.windows else self.dump.count
+        if options.window and not self.count:
+            raise UsageProblem(f"{self.path}: {self.dump.count:,} records make no window of "
+                               f"{options.window:,}")
+        names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
+        if self.label_field is not None and self.label_field not in names:
+            raise UsageProblem(f"--label-field {self.label_field}: the spec's record fields "
+                               f"are {', '.join(names)}")
+        self.labels_path = str(options.labels) if options.labels else None
+        self.record_labels = (_labels_file(options.labels, options.label_spec, self.dump.count)
+                              if options.labels else None)
+        self.values = self._label_values()
+        self.classes = [str(v) for v in self.values] if self.values is not None else None
+        self.label_source = ("record-field" if self.label_field else
+                             "labels-file" if options.labels else "none")
+        self.input_bytes = self.dump.count * self.spec.record.size
+        self.scan_skipped: list[dict] = []
+        stat = self.path.stat()
+        self.fingerprint = hashlib.sha256(json.dumps(
+            [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns, str(self.spec.source)]
+        ).encode()).hexdigest()
+
+    @property
+    def field_specs(self) -> dict[str, dict]:
+        window = [self.windows.size] if self.windows else []
+        specs = {f"{f.name}.npy": {"dtype": f.element.newbyteorder("=").name,
+                                   "shape": window + list(f.shape)}
+                 for f in self.spec.record.fields
+                 if f.kind != "pad" and f.name != self.label_field}
+        if self.values is not None:
+            specs["cls"] = {"dtype": "int64"}
+        return specs
+
+    def _label_values(self) -> np.ndarray | None:
+        """The distinct labels in sorted order: class i is the i-th."""
+        if self.record_labels is not None:
+            return np.unique(self.record_labels)
+        if self.label_field is None:
+            return None
+        seen = [np.unique(chunk[self.label_field]) for chunk in self.dump.chunks()]
+        return np.unique(np.concatenate(seen))
+
+    def columns(self, first: int, count: int) -> dict[str, np.ndarray]:
+        """Samples first..first+count-1 as {field: (count, *shape)} arrays."""
+        if self.windows:
+            arrays = window_arrays(self.dump, self.windows, first, count)
+        else:
+            arrays = record_arrays(self.dump.records(first, count), self.spec)
+        columns = {f"{name}.npy": values for name, values in arrays.items()
+                   if name != self.label_field}
+        if self.values is not None:
+            columns["cls"] = np.searchsorted(self.values, self._labels(arrays, first, count))
+        return columns
+
+    def _labels(self, arrays: dict, first: int, count: int) -> np.ndarray:
+        """The label of each sample: its record's, or a window's last record's."""
+        if self.label_field is not None:
+            labels = arrays[self.label_field]
+            return labels[:, -1] if self.windows else labels
+        if self.windows:
+            last = np.arange(first, first + count) * self.windows.stride + self.windows.size - 1
+            return self.record_labels[last]
+        return self.record_labels[first:first + count]
+
+    def blocks(self, start: int) -> Iterator[dict[str, np.ndarray]]:
+        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read."""
+        per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
+        size = max(1, BLOCK_BYTES // per_sample)
+        for first in range(start, self.count, size):
+            yield self.columns(first, min(size, self.count - first))
+
+    def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
+        for first in range(start, self.count, size):
+            yield self, first, min(size, self.count - first)
+
+    def describe(self, options) -> dict:
+        dump = self.dump
+        return {"source": {
+            "kind": "binary", "path": str(self.path.resolve()), "spec": str(self.spec.source),
+            "byte_order": dump.byte_order, "header": _plain(dump.header),
+            "records": dump.count, "record_size": self.spec.record.size,
+            "trailing_bytes": dump.trailing, "window": self.windows.size if self.windows else None,
+            "stride": self.windows.stride if self.windows else None,
+            "labels": self.label_source, "label_field": self.label_field,
+            "labels_file": self.labels_path,
+            "samples": self.count, "bytes": self.input_bytes}}
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "dump"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.dump = open_dump(self.path, self.spec, self.tail)
+
+
+def _labels_file(path: Path, label_spec: str | None, records: int) -> np.ndarray:
+    """One label per record: the first field of a binary labels file read with
+    `label_spec`, or one label per line of a text file."""
+    if label_spec:
+        spec = load_spec(label_spec)
+        field = next(f.name for f in spec.record.fields if f.kind != "pad")
+        labels = record_arrays(open_dump(path, spec).records(), spec)[field]
+    else:
+        try:
+            labels = np.array(Path(path).read_text(encoding="utf-8").split())
+        except (OSError, UnicodeDecodeError) as err:
+            raise PackerError(f"{path}: cannot read the labels: {err}") from None
+    if len(labels) != records:
+        raise PackerError(f"{path}: {len(labels):,} labels for {records:,} records; give one "
+                          "label per record")
+    return labels
+
+
+def _plain(header: dict) -> dict:
+    """Header values as JSON can hold them."""
+    return {name: value.decode("latin-1") if isinstance(value, bytes) else
+            value.tolist() if isinstance(value, np.ndarray) else value
+            for name, value in header.items()}
+
+
+def read_job(job: tuple) -> list[tuple[dict, list]]:
+    """Samples of a dump as dicts of arrays, for tar shards and LMDB."""
+    source, first, count = job
+    columns = source.columns(first, count)
+    labels = columns.pop("cls", None)
+    samples = []
+    for i in range(count):
+        sample = {KEY: _key(first + i)}
+        sample.update((name, np.asarray(column[i])) for name, column in columns.items())
+        if labels is not None:
+            sample["cls"] = int(labels[i])
+        samples.append((sample, []))
+    return samples
+
+
+class BinaryFolder:
+    """A folder of small binary files, one sample each; the files source scans it."""
+
+    kind = "binary-files"
+
+    def __init__(self, path: Path, options):
+        self.spec, self.tail = load_spec(options.spec), options.tail
+        self.scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
+                                      follow_symlinks=options.follow_symlinks)
+        names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
+        self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
+        self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)
+                                 if f.lower() in files.SIDECAR_FIELDS})
+        if self.scan.label_source != "none":
+            self.field_specs["cls"] = {"dtype": "int64"}
+
+    def __getattr__(self, name):  # count, classes, fingerprint, ... are the scan's
+        if name == "scan":
+            raise AttributeError(name)
+        return getattr(self.scan, name)
+
+    def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
+        for root, _, sources in self.scan.jobs(start, size, check):
+            yield root, self.spec, self.tail, sources
+
+    def describe(self, options) -> dict:
+        described = self.scan.describe(options)
+        described["source"].update(kind="binary-files", spec=str(self.spec.source))
+        return described
+
+
+def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
+    root, spec, tail, sources = job
+    out = []
+    for source in sources:
+        sample = {KEY: source.key}
+        for field_name, rel_path in source.files:
+            if field_name.lower() in files.SIDECAR_FIELDS:  # notes beside a file: as bytes
+                sample[field_name] = files.read_file(f"{root}/{rel_path}")
+                continue
+            try:
+                arrays = record_arrays(open_dump(Path(root) / rel_path, spec, tail).records(),
+                                       spec)
+            except PackerError as err:
+                out.append((None, [{"path": rel_path, "reason": str(err).split(": ", 1)[-1]}]))
+                break
+            sample.update({f"{name}.npy": field_bytes(values) for name, values in arrays.items()})
+        else:
+            if source.label is not None:
+                sample["cls"] = source.label
+            out.append((sample, []))
+    return out
+
+
+def open_binary(path: Path, options):
+    """The source and the module-level function its jobs are read with."""
+    if Path(path).is_dir():
+        return BinaryFolder(path, options), read_folder_job
+    return BinaryDump(path, options), read_job
