@@ -39,7 +39,7 @@ def imu_spec(order: str = "little", **replace: str):
 
 
 def test_shipped_specs_load_and_compile():
-    assert shipped_spec_names() == ["imu", "mnist-idx", "pcm16"]
+    assert shipped_spec_names() == ["imu", "mnist-idx", "mnist-idx-labels", "pcm16"]
     imu = load_spec("imu")
     assert imu.record_dtype.itemsize == 36 and imu.header_dtype.itemsize == 64
     assert imu.record_dtype.names == ("timestamp_ns", "accel", "gyro", "status")
@@ -125,7 +125,7 @@ def test_invalid_toml_says_line_and_column(tmp_path):
 
 
 def test_a_missing_spec_lists_the_shipped_ones(tmp_path):
-    with pytest.raises(UsageProblem, match="not a shipped spec .shipped: imu, mnist-idx, pcm16"):
+    with pytest.raises(UsageProblem, match="not a shipped spec .shipped: imu, mnist-idx, mnist-idx-labels, pcm16"):
         load_spec(tmp_path / "nope.toml")
 
 
