@@ -34,6 +34,46 @@ def _file_problems(folder: Path, part: dict) -> list[str]:
     return []
 
 
+def _sample_problems(folder: Path, manifest: dict, module, part: dict, name: str,
+                     compare) -> tuple[list[str], int]:
+    """A part read sample by sample: readable, counted, digested, compared."""
+    problems, digest, seen = [], hashlib.sha256(), 0
+    try:
+        for sample in module.read_part(folder, manifest, part):
+            if "samples_sha256" in part:
+                digest.update(sample_digest(sample))
+            seen += 1
+            if compare:
+                problems += compare.check(sample)
+    except _READ_ERRORS as err:
+        problems.append(f"{name}: unreadable after {seen} samples: {err}")
+    if seen != part["count"]:
+        problems.append(f"{name}: {seen} samples, the manifest says {part['count']}")
+    elif "samples_sha256" in part and digest.hexdigest() != part["samples_sha256"]:
+        problems.append(f"{name}: sample contents differ from the manifest's digest")
+    return problems, seen
+
+
+def _columns_problems(folder: Path, manifest: dict, part: dict,
+                      name: str) -> tuple[list[str], int]:
+    """An HDF5 part written from column blocks, against its checksum."""
+    from packer.formats.hdf5 import Reader, columns_crc32
+
+    reader = Reader(folder, manifest)
+    try:
+        columns = reader.columns(part)
+    except _READ_ERRORS as err:
+        return [f"{name}: unreadable: {err}"], 0
+    finally:
+        reader.close()
+    rows = min(len(c) for c in columns.values())
+    if rows != part["count"]:
+        return [f"{name}: {rows} samples, the manifest says {part['count']}"], rows
+    if columns_crc32(columns) != part["columns_crc32"]:
+        return [f"{name}: data differ from the checksum in the manifest"], rows
+    return [], rows
+
+
 class _Against:
     """Compares packed samples with the source folder they came from."""
 
@@ -89,20 +129,12 @@ def verify(dataset: Path, against: Path | None = None, progress: bool = True) ->
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
         if "sha256" in part:
             problems += _file_problems(Path(dataset), part)
-        digest, seen = hashlib.sha256(), 0
-        try:
-            for sample in module.read_part(Path(dataset), manifest, part):
-                if "samples_sha256" in part:
-                    digest.update(sample_digest(sample))
-                seen += 1
-                if compare:
-                    problems += compare.check(sample)
-        except _READ_ERRORS as err:
-            problems.append(f"{name}: unreadable after {seen} samples: {err}")
-        if seen != part["count"]:
-            problems.append(f"{name}: {seen} samples, the manifest says {part['count']}")
-        elif "samples_sha256" in part and digest.hexdigest() != part["samples_sha256"]:
-            problems.append(f"{name}: sample contents differ from the manifest's digest")
+        if "columns_crc32" in part:  # written as columns: checked as columns, not row by row
+            part_problems, seen = _columns_problems(Path(dataset), manifest, part, name)
+        else:
+            part_problems, seen = _sample_problems(Path(dataset), manifest, module, part, name,
+                                                   compare)
+        problems += part_problems
         count += seen
         bar.update(seen)
     bar.close()

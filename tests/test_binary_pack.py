@@ -137,3 +137,15 @@ def test_bad_binary_inputs_are_clear_errors(tmp_path):
     wrong = run("pack", tmp_path / "imu.bin", "--spec", "imu", "--label-field", "speed", "-o",
                 tmp_path / "o", expect=2).output
     assert "the spec's record fields are timestamp_ns, accel, gyro, status" in wrong
+
+
+def test_verify_finds_a_changed_value_in_hdf5_columns(tmp_path):
+    import h5py
+
+    write_imu(tmp_path / "imu.bin", 30, "little")
+    out = tmp_path / "h5"
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "-q")
+    assert "OK" in run("verify", out, "-q").output
+    with h5py.File(out / "data.h5", "r+") as file:
+        file["gyro.npy"][3, 1] += 1.0
+    assert "differ from the checksum" in run("verify", out, "-q", expect=1).output

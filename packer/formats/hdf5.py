@@ -15,6 +15,7 @@ so memory does not grow with the dataset.
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,21 @@ def _array(value) -> np.ndarray:
     return np.asarray(value)
 
 
+def _chunk_rows(spec: dict, dtype, shape: tuple) -> int:
+    """Rows per chunk: 1024 for variable-length data, about 256 KB of numbers else
+    (small chunks of small records make writing many times slower)."""
+    if spec["dtype"] in ("bytes", "str"):
+        return _CHUNK
+    return max(1, (256 << 10) // max(1, int(np.prod(shape)) * dtype.itemsize))
+
+
+def columns_crc32(columns: dict[str, np.ndarray], crc: int = 0) -> int:
+    """The checksum of a block of samples stored as columns (fields in name order)."""
+    for name in sorted(columns):
+        crc = zlib.crc32(np.ascontiguousarray(columns[name]).data, crc)
+    return crc
+
+
 class Hdf5Writer(Writer):
     """Writes data.h5; a part is a flushed block of samples."""
 
@@ -74,12 +90,9 @@ class Hdf5Writer(Writer):
         specs = {KEY: {"dtype": "str"}, **self.fields}
         for name in self.columns:
             dtype, shape = _layout(specs[name])
-            row_bytes = max(1, int(np.prod(shape)) * getattr(dtype, "itemsize", 8))
-            rows = max(1, min(_CHUNK, (1 << 20) // row_bytes))  # chunks of about 1 MB at most
-            numeric = specs[name]["dtype"] not in ("bytes", "str")
             self.file.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
-                                     chunks=(rows, *shape), dtype=dtype, track_times=False,
-                                     fletcher32=numeric)  # HDF5 checks every chunk it reads
+                                     chunks=(_chunk_rows(specs[name], dtype, shape), *shape),
+                                     dtype=dtype, track_times=False)
         self.file.attrs["classes"] = self.plan.get("classes") or []
 
     def _store(self, encoded) -> None:
@@ -119,7 +132,8 @@ class Hdf5Writer(Writer):
             dataset.write_direct(np.ascontiguousarray(values, dataset.dtype),
                                  dest_sel=np.s_[start:])
         part = {"index": len(self.parts), "first": self.count, "count": rows,
-                "bytes": sum(v.nbytes for v in columns.values())}
+                "bytes": sum(v.nbytes for v in columns.values()),
+                "columns_crc32": columns_crc32(columns)}
         self.file.flush()
         self.parts.append(part)
         self.count += rows
@@ -176,6 +190,12 @@ class Reader:
                     sample[name] = np.asarray(value)
             samples.append(sample)
         return samples
+
+    def columns(self, part: dict) -> dict[str, np.ndarray]:
+        """A part's samples as the columns they were written from."""
+        file = self._open()
+        return {name: file[name][part["first"]:part["first"] + part["count"]]
+                for name in self.fields}
 
     def close(self) -> None:
         if self._file is not None and self._pid == os.getpid():
