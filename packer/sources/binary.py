@@ -20,6 +20,7 @@ runs per record when the output is HDF5 (`blocks`).
 import hashlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -90,10 +91,14 @@ class BinaryDump:
         seen = [np.unique(chunk[self.label_field]) for chunk in self.dump.chunks()]
         return np.unique(np.concatenate(seen))
 
-    def columns(self, first: int, count: int) -> dict[str, np.ndarray]:
-        """Samples first..first+count-1 as {field: (count, *shape)} arrays."""
+    def columns(self, first: int, count: int, buffer: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
+        """Samples first..first+count-1 as {field: (count, *shape)} arrays. Records are
+        read into `buffer` when given (reused between blocks: no fresh pages to fault)."""
         if self.windows:
             arrays = window_arrays(self.dump, self.windows, first, count)
+        elif buffer is not None:
+            arrays = record_arrays(self._read_into(buffer, first, count), self.spec)
         else:
             arrays = record_arrays(self.dump.records(first, count), self.spec)
         columns = {f"{name}.npy": values for name, values in arrays.items()
@@ -112,12 +117,39 @@ class BinaryDump:
             return self.record_labels[last]
         return self.record_labels[first:first + count]
 
+    def _read_into(self, buffer: np.ndarray, first: int, count: int) -> np.ndarray:
+        dtype = self.spec.record_dtype
+        raw = buffer[:count * dtype.itemsize]
+        with open(self.path, "rb", buffering=0) as file:
+            file.seek(self.dump.data_offset + first * dtype.itemsize)
+            if file.readinto(raw) != raw.size:
+                raise PackerError(f"{self.path}: the file shrank while it was read")
+        records = raw.view(dtype)
+        if dtype.isnative:
+            return records
+        for name in dtype.names:  # field by field: padding bytes stay as they are
+            records[name].byteswap(inplace=True)
+        return records.view(dtype.newbyteorder("="))
+
     def blocks(self, start: int) -> Iterator[dict[str, np.ndarray]]:
-        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read."""
+        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read.
+        The next block is read and split into columns in a thread while the caller
+        writes this one (numpy and file reads release the GIL); two buffers alternate."""
         per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
         size = max(1, BLOCK_BYTES // per_sample)
-        for first in range(start, self.count, size):
-            yield self.columns(first, min(size, self.count - first))
+        buffers = [np.empty(size * self.spec.record.size, np.uint8) for _ in range(2)]
+        firsts = range(start, self.count, size)
+        with ThreadPoolExecutor(1) as pool:
+            def submit(n: int):
+                first = firsts[n]
+                return pool.submit(self.columns, first, min(size, self.count - first),
+                                   buffers[n % 2])
+
+            pending = submit(0) if firsts else None
+            for n in range(len(firsts)):
+                block = pending.result()
+                pending = submit(n + 1) if n + 1 < len(firsts) else None
+                yield block
 
     def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
         for first in range(start, self.count, size):
