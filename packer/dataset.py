@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from packer import shards
+from packer.errors import DatasetError
 from packer.formats import format_module, tarindex
 from packer.manifest import MANIFEST_NAME, load_manifest
 
@@ -28,30 +29,40 @@ def label_field(manifest: dict) -> str | None:
 
 class Source:
     """What the loader needs to know of a dataset: parts with their sample counts,
-    class names, whether runs can start anywhere in a part, and how to read them.
-    Small and picklable, so it travels to spawned workers."""
+    class names, whether runs can start anywhere in a part, and a reader. Small and
+    picklable (readers drop their handles when pickled), so it travels to spawned
+    workers; local tar shards are indexed here, once, and workers share the index."""
 
     def __init__(self, path, manifest: dict | None = None, urls: list[str] | None = None):
         self.path, self.manifest, self.urls = path, manifest, urls
         if manifest is not None:
+            self._reader = format_module(manifest["format"]).reader(Path(path), manifest)
             self.part_counts = [p["count"] for p in manifest["parts"]]
             self.classes = manifest.get("classes")
             self.seekable = True
+        elif any(shards.is_remote(u) for u in urls):
+            self._reader = shards.StreamReader(urls)
+            self.part_counts = [shards.count_remote(u) for u in urls]
+            self.classes, self.seekable = None, False
         else:
-            self.part_counts = shards.shard_counts(urls)
-            self.classes = None
-            self.seekable = not any(shards.is_remote(u) for u in urls)
+            self._reader = tarindex.Reader(urls)
+            self.part_counts = [self._reader.count(i) for i in range(len(urls))]
+            self.classes, self.seekable = None, True
+        if isinstance(self._reader, tarindex.Reader):
+            self._check_counts()
+
+    def _check_counts(self) -> None:
+        for part, expected in enumerate(self.part_counts):
+            if self._reader.count(part) != expected:
+                raise DatasetError(f"{self._reader.paths[part]}: {self._reader.count(part):,} "
+                                   f"samples, the manifest says {expected:,}")
 
     @property
     def count(self) -> int:
         return sum(self.part_counts)
 
     def reader(self):
-        if self.manifest is not None:
-            return format_module(self.manifest["format"]).reader(Path(self.path), self.manifest)
-        if self.seekable:
-            return tarindex.Reader(self.urls)
-        return shards.StreamReader(self.urls)
+        return self._reader
 
 
 def open_source(path) -> Source:

@@ -187,8 +187,8 @@ def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions
     """Column blocks straight into the writer: no per-sample step, one part per block."""
     bar = tqdm(total=source.count, initial=tally.next_input, unit="sample",
                disable=not options.progress, desc=f"packing to {options.to}", unit_scale=True)
-    for columns in source.blocks(tally.next_input):
-        rows = writer.add_block(columns)
+    for columns, crc32 in source.blocks(tally.next_input):
+        rows = writer.add_block(columns, crc32)
         tally.add_block(columns)
         tally.next_input += rows
         _save_progress(writer, tally, plan)

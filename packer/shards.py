@@ -15,7 +15,7 @@ from pathlib import Path
 from braceexpand import braceexpand
 
 from packer.errors import DatasetError
-from packer.formats import tarindex, webdataset
+from packer.formats import webdataset
 
 _REMOTE = ("http://", "https://", "pipe:")
 
@@ -97,17 +97,3 @@ class StreamReader:
         if self._stream is not None:
             self._stream.close()
         self._stream, self._samples, self._at = None, None, None
-
-
-def shard_counts(urls: list[str]) -> list[int]:
-    """Samples per shard: from the member index of local shards, by streaming remote ones."""
-    local = tarindex.Reader([u for u in urls if not is_remote(u)])
-    counts, position = [], 0
-    for url in urls:
-        if is_remote(url):
-            counts.append(count_remote(url))
-        else:
-            counts.append(local.count(position))
-            position += 1
-    local.close()
-    return counts

@@ -122,8 +122,9 @@ class Hdf5Writer(Writer):
             column[i] = _EMPTY if value is None else np.frombuffer(value, np.uint8)
         return column
 
-    def add_block(self, columns: dict[str, np.ndarray]) -> int:
-        """Append a block of samples given as columns, as one part; returns its size."""
+    def add_block(self, columns: dict[str, np.ndarray], crc32: int) -> int:
+        """Append a block of samples given as columns (with their `columns_crc32`), as
+        one part; returns its size."""
         rows = len(next(iter(columns.values())))
         start = self.file[self.columns[0]].shape[0]
         for name, values in columns.items():
@@ -133,7 +134,7 @@ class Hdf5Writer(Writer):
                                  dest_sel=np.s_[start:])
         part = {"index": len(self.parts), "first": self.count, "count": rows,
                 "bytes": sum(v.nbytes for v in columns.values()),
-                "columns_crc32": columns_crc32(columns)}
+                "columns_crc32": crc32}
         self.file.flush()
         self.parts.append(part)
         self.count += rows
@@ -197,10 +198,13 @@ class Reader:
         return {name: file[name][part["first"]:part["first"] + part["count"]]
                 for name in self.fields}
 
+    def __getstate__(self):  # a handle never travels to another process
+        return {**self.__dict__, "_file": None, "_pid": None}
+
     def close(self) -> None:
         if self._file is not None and self._pid == os.getpid():
             self._file.close()
-        self._file = None
+        self._file, self._pid = None, None
 
 
 def reader(folder: Path, manifest: dict) -> Reader:

@@ -117,10 +117,13 @@ class Reader:
                                "missing from the LMDB")
         return [decode_value(v) for v in values]
 
+    def __getstate__(self):  # a handle never travels to another process
+        return {**self.__dict__, "_env": None, "_pid": None}
+
     def close(self) -> None:
         if self._env is not None and self._pid == os.getpid():
             self._env.close()
-        self._env = None
+        self._env, self._pid = None, None
 
 
 def reader(folder: Path, manifest: dict) -> Reader:

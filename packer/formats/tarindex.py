@@ -1,15 +1,17 @@
 """Random access into tar shards, packer's own or any other tool's.
 
-A shard is indexed once per process by reading only its member headers: the
-index is the byte offset where each sample's first header starts (8 bytes per
-sample). Reading a run of samples is then one read of contiguous bytes, whose
-headers are parsed again to split it into members. PAX (`x`) and GNU long-name
+A shard is indexed once by reading only its member headers: the index holds each
+sample's key and each member's field, data offset and size. Reading a run of
+samples is then one read of contiguous bytes, sliced by the index. PAX (`x`) and GNU long-name
 (`L`) headers are understood; samples are consecutive members sharing a key,
 as webdataset groups them.
 """
 
+import mmap
 import os
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,58 +73,90 @@ def members(read: Callable[[int, int], bytes], offset: int, end: int | None,
         chain_start, long_name, long_size = offset, None, None
 
 
-def index_shard(fd: int, where: str) -> np.ndarray:
-    """Offsets where each sample starts, then the offset where the last one ends."""
-    starts, last_key, end = [], None, 0
-    for start, name, data_offset, size in members(lambda o, n: os.pread(fd, n, o), 0, None,
-                                                 where):
-        key = split_member(name)[0]
-        if key != last_key:
-            starts.append(start)
-            last_key = key
-        end = data_offset + size + (-size % _BLOCK)
-    return np.array([*starts, end], dtype=np.int64)
+@dataclass
+class ShardIndex:
+    """Where every member of a shard is: sample i's members are first[i]..first[i+1]-1."""
+
+    keys: list[str]
+    first: np.ndarray  # (samples + 1,) index of each sample's first member
+    offset: np.ndarray  # (members,) byte offset of each member's data
+    size: np.ndarray  # (members,) bytes of each member's data
+    field: list[str]  # (members,) each member's field name
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+
+def index_shard(path: str) -> ShardIndex:
+    """One pass over a shard's headers (through a memory map: no read per header)."""
+    keys, first, offsets, sizes, fields = [], [], [], [], []
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            raise DatasetError(f"{path}: an empty file, not a tar shard")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            for _, name, data_offset, size in members(lambda o, n: view[o:o + n], 0, None, path):
+                key, field = split_member(name)
+                if not keys or keys[-1] != key:
+                    keys.append(key)
+                    first.append(len(offsets))
+                offsets.append(data_offset)
+                sizes.append(size)
+                fields.append(sys.intern(field))
+    return ShardIndex(keys, np.array([*first, len(offsets)], np.int64),
+                      np.array(offsets, np.int64), np.array(sizes, np.int64), fields)
 
 
 class Reader:
-    """Runs of samples from local shards. Files are opened and indexed once per
-    process, lazily, so forked workers never share them."""
+    """Runs of samples from local shards. Each shard is indexed once (the indexes
+    survive forks and pickling, for workers to share); files are opened lazily in
+    the process that reads, so no file handle crosses a fork."""
 
     def __init__(self, paths: list[str], int_fields: set[str] = frozenset()):
         self.paths, self.int_fields = paths, int_fields
         self._fds: dict[int, int] = {}
-        self._indexes: dict[int, np.ndarray] = {}
+        self._indexes: dict[int, ShardIndex] = {}
         self._pid = None
 
-    def _open(self, part: int) -> int:
-        if self._pid != os.getpid():  # inherited across fork: start afresh
-            self._fds, self._indexes, self._pid = {}, {}, os.getpid()
+    def index(self, part: int) -> ShardIndex:
+        if part not in self._indexes:
+            self._indexes[part] = index_shard(self.paths[part])
+        return self._indexes[part]
+
+    def _fd(self, part: int) -> int:
+        if self._pid != os.getpid():
+            self._fds, self._pid = {}, os.getpid()
         if part not in self._fds:
             self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
-            self._indexes[part] = index_shard(self._fds[part], self.paths[part])
         return self._fds[part]
 
     def count(self, part: int) -> int:
-        self._open(part)
-        return len(self._indexes[part]) - 1
+        return self.index(part).count
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
-        fd = self._open(part)
-        index = self._indexes[part]
-        low, high = int(index[start]), int(index[min(start + count, len(index) - 1)])
-        data = os.pread(fd, high - low, low)
-        samples: list[dict] = []
-        for _, name, offset, size in members(lambda o, n: data[o - low:o - low + n], low, high,
-                                             self.paths[part]):
-            key, field = split_member(name)
-            if not samples or samples[-1][KEY] != key:
-                samples.append({KEY: key})
-            value = data[offset - low:offset - low + size]
-            samples[-1][field] = int(value) if field in self.int_fields else value
+        index, fd = self.index(part), self._fd(part)
+        bounds = index.first[start:start + count + 1].tolist()
+        if len(bounds) < 2:
+            return []
+        offsets = index.offset[bounds[0]:bounds[-1]].tolist()
+        sizes = index.size[bounds[0]:bounds[-1]].tolist()
+        low = offsets[0]
+        data = os.pread(fd, offsets[-1] + sizes[-1] - low, low)
+        samples, fields, base = [], index.field, bounds[0]
+        for number, (begin, end) in enumerate(zip(bounds, bounds[1:], strict=False), start=start):
+            sample = {KEY: index.keys[number]}
+            for member in range(begin - base, end - base):
+                value = data[offsets[member] - low:offsets[member] - low + sizes[member]]
+                name = fields[member + base]
+                sample[name] = int(value) if name in self.int_fields else value
+            samples.append(sample)
         return samples
 
     def close(self) -> None:
         if self._pid == os.getpid():
             for fd in self._fds.values():
                 os.close(fd)
-        self._fds, self._indexes = {}, {}
+        self._fds = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fds": {}, "_pid": None}

@@ -28,6 +28,7 @@ import numpy as np
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
 from packer.errors import PackerError, UsageProblem
 from packer.formats.base import KEY, field_bytes
+from packer.formats.hdf5 import columns_crc32
 from packer.sources import files
 
 BLOCK_BYTES = 16 << 20  # bytes of records read at a time for HDF5
@@ -131,10 +132,15 @@ class BinaryDump:
             records[name].byteswap(inplace=True)
         return records.view(dtype.newbyteorder("="))
 
-    def blocks(self, start: int) -> Iterator[dict[str, np.ndarray]]:
-        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read.
-        The next block is read and split into columns in a thread while the caller
-        writes this one (numpy and file reads release the GIL); two buffers alternate."""
+    def _block(self, first: int, count: int, buffer: np.ndarray) -> tuple[dict, int]:
+        columns = self.columns(first, count, buffer)
+        return columns, columns_crc32(columns)
+
+    def blocks(self, start: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read,
+        each with its checksum. The next block is read, split into columns and
+        checksummed in a thread while the caller writes this one (numpy, zlib and file
+        reads release the GIL); two buffers alternate."""
         per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
         size = max(1, BLOCK_BYTES // per_sample)
         buffers = [np.empty(size * self.spec.record.size, np.uint8) for _ in range(2)]
@@ -142,7 +148,7 @@ class BinaryDump:
         with ThreadPoolExecutor(1) as pool:
             def submit(n: int):
                 first = firsts[n]
-                return pool.submit(self.columns, first, min(size, self.count - first),
+                return pool.submit(self._block, first, min(size, self.count - first),
                                    buffers[n % 2])
 
             pending = submit(0) if firsts else None
