@@ -120,7 +120,8 @@ def _plan(source, options: PackOptions) -> dict:
                                             default=str).encode()).hexdigest()
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
-            "implicit_keys": hasattr(source, "blocks") and options.to == "hdf5"}
+            "implicit_keys": hasattr(source, "blocks") and options.to == "hdf5",
+            "key_dataset": getattr(source, "key_dataset", "__key__")}
 
 
 def _start(out: Path, plan: dict, options: PackOptions):
@@ -238,6 +239,7 @@ def _manifest(source, writer, tally: Tally, plan: dict, options: PackOptions) ->
         "count": writer.count, "fields": fields,
         "classes": source.classes, "class_counts": tally.class_counts if source.classes else None,
         "parts": writer.parts,
+        "key_dataset": plan["key_dataset"],
         "options": options.recorded(),
         "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
         "ignored": [],

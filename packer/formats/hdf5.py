@@ -57,6 +57,15 @@ def _array(value) -> np.ndarray:
     return np.asarray(value)
 
 
+def dataset_names(manifest_or_plan: dict) -> dict[str, str]:
+    """Field -> HDF5 dataset name: the field's own name unless its spec gives a
+    `dataset` (tables store `features`, `labels`, `keys`)."""
+    names = {KEY: manifest_or_plan.get("key_dataset", KEY)}
+    names.update((name, spec.get("dataset", name))
+                 for name, spec in manifest_or_plan["fields"].items())
+    return names
+
+
 def _chunk_rows(spec: dict, dtype, shape: tuple) -> int:
     """Rows per chunk: 1024 for variable-length data, about 256 KB of numbers else
     (small chunks of small records make writing many times slower)."""
@@ -82,15 +91,19 @@ class Hdf5Writer(Writer):
         self.fields = dict(plan["fields"])
         # Samples from column blocks have keys that are their index: no key dataset.
         self.columns = ([] if plan.get("implicit_keys") else [KEY]) + list(self.fields)
+        self.names = dataset_names(plan)
         self._buffer: list[dict] = []
-        if self.columns[0] not in self.file:
+        if self.names[self.columns[0]] not in self.file:
             self._create()
+
+    def _dataset(self, name: str) -> h5py.Dataset:
+        return self.file[self.names[name]]
 
     def _create(self) -> None:
         specs = {KEY: {"dtype": "str"}, **self.fields}
         for name in self.columns:
             dtype, shape = _layout(specs[name])
-            self.file.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape),
+            self.file.create_dataset(self.names[name], shape=(0, *shape), maxshape=(None, *shape),
                                      chunks=(_chunk_rows(specs[name], dtype, shape), *shape),
                                      dtype=dtype, track_times=False)
         self.file.attrs["classes"] = self.plan.get("classes") or []
@@ -103,9 +116,9 @@ class Hdf5Writer(Writer):
     def _flush_buffer(self) -> None:
         if not self._buffer:
             return
-        start, rows = self.file[self.columns[0]].shape[0], len(self._buffer)
+        start, rows = self._dataset(self.columns[0]).shape[0], len(self._buffer)
         for name in self.columns:
-            dataset = self.file[name]
+            dataset = self._dataset(name)
             dataset.resize(start + rows, axis=0)
             # write_direct: plain assignment fails when all vlen rows have one length
             dataset.write_direct(self._column(name, dataset.dtype), dest_sel=np.s_[start:])
@@ -126,9 +139,9 @@ class Hdf5Writer(Writer):
         """Append a block of samples given as columns (with their `columns_crc32`), as
         one part; returns its size."""
         rows = len(next(iter(columns.values())))
-        start = self.file[self.columns[0]].shape[0]
+        start = self._dataset(self.columns[0]).shape[0]
         for name, values in columns.items():
-            dataset = self.file[name]
+            dataset = self._dataset(name)
             dataset.resize(start + rows, axis=0)
             dataset.write_direct(np.ascontiguousarray(values, dataset.dtype),
                                  dest_sel=np.s_[start:])
@@ -146,7 +159,7 @@ class Hdf5Writer(Writer):
 
     def truncate(self, count: int) -> None:
         for name in self.columns:
-            self.file[name].resize(count, axis=0)
+            self._dataset(name).resize(count, axis=0)
 
     def finish(self, manifest: dict) -> None:
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
@@ -159,6 +172,7 @@ class Reader:
 
     def __init__(self, folder: Path, manifest: dict):
         self.path, self.fields = folder / FILE_NAME, manifest["fields"]
+        self.names = dataset_names(manifest)
         self.firsts = [p["first"] for p in manifest["parts"]]
         self._file, self._pid = None, None
 
@@ -173,9 +187,9 @@ class Reader:
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self._open(), self.firsts[part] + start
-        keys = (file[KEY][first:first + count] if KEY in file else
+        keys = (file[self.names[KEY]][first:first + count] if self.names[KEY] in file else
                 [b"%010d" % i for i in range(first, first + count)])
-        columns = [(name, spec["dtype"], file[name][first:first + count])
+        columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
                    for name, spec in self.fields.items()]
         samples = []
         for row, key in enumerate(keys):
@@ -195,7 +209,7 @@ class Reader:
     def columns(self, part: dict) -> dict[str, np.ndarray]:
         """A part's samples as the columns they were written from."""
         file = self._open()
-        return {name: file[name][part["first"]:part["first"] + part["count"]]
+        return {name: file[self.names[name]][part["first"]:part["first"] + part["count"]]
                 for name in self.fields}
 
     def __getstate__(self):  # a handle never travels to another process
