@@ -29,19 +29,24 @@ ON_ERROR = ("warn", "skip", "raise")
 
 class PackedDataset(IterableDataset):
     """Every sample exactly once per epoch across workers and ranks (plus padding),
-    the same count on every rank, in an order fixed by (seed, epoch)."""
+    the same count on every rank, in an order fixed by (seed, epoch). `holdout=(0.1,
+    "val")` reads only a fixed tenth of the dataset (whole units spread evenly over
+    it), `(0.1, "train")` the rest: a validation split without a second dataset."""
 
     def __init__(self, source: Source, *, shuffle: bool = False, seed: int = 0,
                  decode: str = "rgb8", image_size=None, transform=None, decoders=None,
                  rank: int | None = None, world_size: int | None = None,
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
-                 unit: int = 64):
+                 unit: int = 64, holdout: tuple[float, str] | None = None):
         if remainder not in plan.REMAINDERS:
             raise ValueError(f"remainder={remainder!r}: use 'pad' or 'drop'")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}: use one of {', '.join(ON_ERROR)}")
         if shuffle_buffer < 1 or unit < 1:
             raise ValueError("shuffle_buffer and unit must be at least 1")
+        if holdout is not None and not (0 < holdout[0] < 1 and holdout[1] in ("train", "val")):
+            raise ValueError(f"holdout={holdout!r}: give (fraction between 0 and 1, "
+                             "'train' or 'val')")
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = world_size or (dist.get_world_size() if distributed else 1)
         self.rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
@@ -51,6 +56,11 @@ class PackedDataset(IterableDataset):
         self.decoder, self.transform = Decoder(decode, image_size, decoders), transform
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
+        self.holdout = holdout
+        if holdout and self.unit:  # units small enough that the held-out side gets 16 or more
+            self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
+        self.total = sum(r.count for r in plan.units(source.part_counts, self.unit, False, 0, 0,
+                                                      holdout))
         self.epoch = 0
         self.errors = 0  # samples that failed to read or decode (in this process)
         self._resume: dict | None = None
@@ -62,7 +72,7 @@ class PackedDataset(IterableDataset):
         return self.source.classes
 
     def __len__(self) -> int:
-        return plan.rank_size(self.source.count, self.world_size, self.remainder)
+        return plan.rank_size(self.total, self.world_size, self.remainder)
 
     def set_epoch(self, epoch: int) -> None:
         if self._resume and self._resume["epoch"] != epoch:
@@ -88,7 +98,8 @@ class PackedDataset(IterableDataset):
         runs = plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
                                 seed=self.seed, epoch=self.epoch, rank=self.rank,
                                 world_size=self.world_size, worker=worker,
-                                num_workers=num_workers, remainder=self.remainder)
+                                num_workers=num_workers, remainder=self.remainder,
+                                holdout=self.holdout)
         skip = self._skip(worker, num_workers)
         reader, position = self.source.reader(), 0
         last_good, owed = None, 0  # owed: failures to replace with the next good sample

@@ -35,11 +35,22 @@ class Run:
     count: int
 
 
+def holdout_units(runs: list[Run], holdout: tuple[float, str] | None) -> list[Run]:
+    """The units of one side of a fixed split: `(0.1, "val")` keeps every tenth unit,
+    spread evenly over the dataset, and `(0.1, "train")` the others."""
+    if holdout is None:
+        return runs
+    fraction, side = holdout
+    picked = [int((i + 1) * fraction) > int(i * fraction) for i in range(len(runs))]
+    return [run for run, held in zip(runs, picked, strict=True) if held == (side == "val")]
+
+
 def units(part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
-          epoch: int) -> list[Run]:
+          epoch: int, holdout: tuple[float, str] | None = None) -> list[Run]:
     runs = [Run(p, start, min(unit or count, count - start))
             for p, count in enumerate(part_counts)
             for start in range(0, count, unit or max(count, 1))]
+    runs = holdout_units(runs, holdout)
     if shuffle:
         order = np.random.default_rng([seed, epoch]).permutation(len(runs))
         runs = [runs[i] for i in order]
@@ -77,10 +88,10 @@ def slice_runs(runs: list[Run], begin: int, end: int) -> list[Run]:
 
 def worker_runs(part_counts: list[int], *, unit: int | None, shuffle: bool, seed: int,
                 epoch: int, rank: int, world_size: int, worker: int, num_workers: int,
-                remainder: str) -> list[Run]:
+                remainder: str, holdout: tuple[float, str] | None = None) -> list[Run]:
     """The runs `worker` of `rank` reads this epoch, in reading order."""
-    sequence = units(part_counts, unit, shuffle, seed, epoch)
-    size = rank_size(sum(part_counts), world_size, remainder)
+    sequence = units(part_counts, unit, shuffle, seed, epoch, holdout)
+    size = rank_size(sum(r.count for r in sequence), world_size, remainder)
     begin, end = worker_span(size, worker, num_workers)
     return slice_runs(sequence, rank * size + begin, rank * size + end)
 

@@ -162,3 +162,15 @@ def test_corrupt_member_is_replaced_with_a_warning_or_raises(packed, tmp_path):
         assert len(list(skipping)) == 149
     with pytest.raises(OSError):
         list(packer.open_dataset(broken, decode="rgb8", on_error="raise"))
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_holdout_splits_the_dataset_in_two_exact_parts(packed, fmt):
+    train = packer.open_dataset(packed[fmt], decode="raw", shuffle=True, holdout=(0.2, "train"))
+    val = packer.open_dataset(packed[fmt], decode="raw", holdout=(0.2, "val"))
+    train_keys, val_keys = [s["__key__"] for s in train], [s["__key__"] for s in val]
+    assert len(train_keys) == len(train) and len(val_keys) == len(val)
+    assert not set(train_keys) & set(val_keys)
+    assert sorted(train_keys + val_keys) == sorted(keys_of(packed[fmt]))
+    assert 0.15 < len(val) / 150 < 0.3
+    assert len({k.split("/")[0] for k in val_keys}) >= 2  # spread over the dataset
