@@ -19,6 +19,7 @@ and prints MB/s for each with packer's ratios to both baselines.
 
 import argparse
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -62,7 +63,9 @@ def warm(path: Path) -> None:
 
 
 def timed_run(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of the command's process tree."""
+    """Wall seconds and peak RSS (MB) of the command's process tree. Dirty pages of
+    the previous run are written out first, so no run pays for another's writes."""
+    os.sync()
     began = time.perf_counter()
     process = subprocess.Popen(command)
     peak, watched = 0, psutil.Process(process.pid)
@@ -115,8 +118,12 @@ def main() -> None:
     packer = [sys.executable, "-m", "packer", "pack", str(dump), "--spec", "imu", "--to",
               "hdf5", "-o", str(work / "imu.h5"), "-q", "--overwrite"]
     cp = ["cp", str(dump), str(work / "copy.bin")]
+    # Each run replaces the previous output; removing it first keeps that out of the timing.
+    outputs = [work / "copy.bin", work / "imu.h5"]
     runs = {"cp": [], "packer": []}
     for _ in range(args.repeat):
+        for output in outputs:
+            shutil.rmtree(output) if output.is_dir() else output.unlink(missing_ok=True)
         runs["cp"].append(timed_run(cp))
         runs["packer"].append(timed_run(packer))
     loop = struct_loop_seconds(dump, records)

@@ -1,0 +1,97 @@
+"""The trainer on small learnable data, on the CPU."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from conftest import run as packer_run
+from train.cli import cli
+
+COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
+
+
+@pytest.fixture(scope="module")
+def colours(tmp_path_factory):
+    """Three classes told apart by colour: learnable in a few epochs."""
+    root = tmp_path_factory.mktemp("train")
+    rng = np.random.default_rng(0)
+    for label, colour in enumerate(COLOURS):
+        folder = root / "images" / f"c{label}"
+        folder.mkdir(parents=True)
+        for i in range(40):
+            pixels = np.clip(rng.normal(colour, 40, (16, 16, 3)), 0, 255).astype(np.uint8)
+            out = io.BytesIO()
+            Image.fromarray(pixels).save(out, "JPEG")
+            (folder / f"{i}.jpg").write_bytes(out.getvalue())
+    packer_run("pack", root / "images", "-o", root / "wds", "--max-count", "30", "-q")
+    return root
+
+
+def train(*args, expect=0):
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == expect, result.output
+    return result.output
+
+
+COMMON = ["--image-size", "16", "--batch-size", "16", "--workers", "0", "--lr", "3e-3"]
+
+
+def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
+    out = tmp_path / "run"
+    train("fit", colours / "wds", "--out", out, "--epochs", "6", "--val-split", "0.25", *COMMON)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best"]["val"]["accuracy"] >= 0.9
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and "data_wait_share" in json.loads(lines[0])["train"]
+    best = torch.load(out / "best.pt", weights_only=True)
+    assert set(best) >= {"model", "optimizer", "scheduler", "epoch", "config"}
+    assert any(p.name.startswith("events") for p in (out / "tensorboard").iterdir())
+
+
+def test_resume_gives_the_same_weights(colours, tmp_path):
+    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2"]
+    train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2", *constant)
+    train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "4", "--resume", *constant)
+    train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "4", *constant)
+    resumed = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
+    straight = torch.load(tmp_path / "b" / "last.pt", weights_only=True)["model"]
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_amp_paths_on_the_cpu(colours, tmp_path, amp):
+    train("fit", colours / "wds", "--out", tmp_path / amp, "--epochs", "1", "--amp", amp,
+          *COMMON)
+    assert json.loads((tmp_path / amp / "summary.json").read_text())["epochs_run"] == 1
+
+
+def test_bad_inputs_fail_before_training(colours, tmp_path):
+    assert "--model mlp is for vector data" in train(
+        "fit", colours / "wds", "--out", tmp_path / "x", "--model", "mlp", expect=1)
+    assert "--num-classes 5, but" in train(
+        "fit", colours / "wds", "--out", tmp_path / "x", "--num-classes", "5", expect=1)
+    unlabelled = tmp_path / "unlabelled"
+    packer_run("pack", colours / "images", "--unlabelled", "-o", unlabelled, "-q")
+    assert "no labels" in train("fit", unlabelled, "--out", tmp_path / "x", expect=1)
+    assert not (tmp_path / "x").exists()
+
+
+def test_ddp_with_two_gloo_processes(colours, tmp_path):
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", "29517", "-m", "train", "fit", str(colours / "wds"), "--out",
+               str(out), "--epochs", "2", *COMMON]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
+    assert lines[0]["val"]["samples"] == 12  # a tenth held out, split over the ranks, reduced

@@ -1,0 +1,116 @@
+"""What the data is (from the manifest) and how batches become model inputs."""
+
+from dataclasses import dataclass
+
+import torch
+
+import packer
+from packer.decode import IMAGE_FIELDS
+from packer.errors import PackerError
+from train.config import TrainConfig
+
+IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
+
+
+@dataclass
+class DataInfo:
+    kind: str  # "image", "vector" or "sequence"
+    inputs: list[str]  # the fields that make the model's input
+    label: str | None  # "cls" or "target"
+    task: str  # "classify", "multilabel" or "regress"
+    classes: list[str] | None
+    class_counts: list[int] | None
+    input_shape: tuple  # of one sample: (3, H, W), (F,) or (C, T)
+    stats: dict | None  # per-feature mean and std for vectors, from the manifest
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.classes) if self.task in ("classify", "multilabel") else 1
+
+
+def _array_fields(fields: dict) -> list[str]:
+    return [n for n, f in fields.items() if n.endswith("npy") and "shape" in f]
+
+
+def describe(config: TrainConfig) -> DataInfo:
+    """Read the manifest; fail before training when the data cannot serve the task."""
+    manifest = packer.load_manifest(config.data)
+    fields = manifest["fields"]
+    images = [n for n in fields if n.lower() in IMAGE_FIELDS]
+    arrays = _array_fields(fields)
+    label = "cls" if "cls" in fields else "target" if "target" in fields else None
+    task = config.task
+    if task == "auto":
+        task = "regress" if label == "target" else "classify"
+    if label is None:
+        raise PackerError(f"{config.data}: the samples have no labels (no cls or target "
+                          f"field), so there is nothing to {task}")
+    classes = manifest.get("classes")
+    if task in ("classify", "multilabel") and not classes:
+        raise PackerError(f"{config.data}: no class names in the manifest for --task {task}")
+    if config.num_classes is not None and classes and config.num_classes != len(classes):
+        raise PackerError(f"--num-classes {config.num_classes}, but {config.data} has "
+                          f"{len(classes)} classes: {', '.join(classes[:10])}")
+    if images:
+        kind, inputs, shape = "image", images[:1], (3, config.image_size, config.image_size)
+    elif len(arrays) == 1 and len(fields[arrays[0]]["shape"]) == 1:
+        kind, inputs, shape = "vector", arrays, tuple(fields[arrays[0]]["shape"])
+    elif arrays:
+        lengths = {fields[n]["shape"][0] for n in arrays}
+        channels = sum(_channels(fields[n]["shape"]) for n in arrays)
+        kind, inputs, shape = "sequence", arrays, (channels, lengths.pop())
+    else:
+        raise PackerError(f"{config.data}: no image or array field to train on "
+                          f"(fields: {', '.join(fields)})")
+    return DataInfo(kind, inputs, label, task, classes, manifest.get("class_counts"), shape,
+                    manifest.get("stats"))
+
+
+def _channels(shape: list[int]) -> int:
+    channels = 1
+    for size in shape[1:]:
+        channels *= size
+    return channels
+
+
+def datasets(info: DataInfo, config: TrainConfig):
+    """Train and validation datasets (validation None when there is none)."""
+    options = {"decode": "rgb8" if info.kind == "image" else "raw",
+               "image_size": config.image_size if info.kind == "image" else None,
+               "seed": config.seed}
+    split = config.val_split if config.val is None and config.val_split > 0 else None
+    train = packer.open_dataset(config.data, shuffle=True,
+                                holdout=(split, "train") if split else None, **options)
+    if config.val is not None:
+        val = packer.open_dataset(config.val, **options)
+    elif split:
+        val = packer.open_dataset(config.data, holdout=(split, "val"), **options)
+    else:
+        val = None
+    return train, val
+
+
+def to_inputs(batch: dict, info: DataInfo, device: torch.device,
+              channels_last: bool = False) -> torch.Tensor:
+    """A collated batch's input tensor, on the device, as float."""
+    if info.kind == "image":
+        images = batch[info.inputs[0]].to(device, non_blocking=True)
+        images = (images.float() / 255 - IMAGE_MEAN) / IMAGE_STD
+        return images.contiguous(memory_format=torch.channels_last) if channels_last else images
+    if info.kind == "vector":
+        values = batch[info.inputs[0]].to(device, non_blocking=True).float()
+        if info.stats:
+            mean = torch.tensor(info.stats["mean"], device=device)
+            std = torch.tensor(info.stats["std"], device=device).clamp_min(1e-8)
+            values = (values - mean) / std
+        return values
+    parts = [batch[n].to(device, non_blocking=True).float() for n in info.inputs]
+    parts = [p.reshape(p.shape[0], p.shape[1], -1) for p in parts]  # (B, T, channels)
+    return torch.cat(parts, dim=2).transpose(1, 2)  # (B, C, T)
+
+
+def to_targets(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:
+    target = torch.as_tensor(batch[info.label]).to(device, non_blocking=True)
+    if info.task == "classify":
+        return target.long()
+    return target.float()

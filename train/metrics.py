@@ -1,0 +1,55 @@
+"""Validation metrics, accumulated over batches and reduced across ranks."""
+
+import torch
+import torch.distributed as dist
+
+
+class Metrics:
+    def __init__(self, task: str, classes: list[str] | None, device: torch.device):
+        self.task, self.classes = task, classes
+        size = len(classes) if classes and task == "classify" else 0
+        self.confusion = torch.zeros(size, size, dtype=torch.long, device=device)
+        self.sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, n, |e|, e^2
+
+    def update(self, loss: torch.Tensor, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        count = targets.shape[0]
+        self.sums[0] += loss.detach().double() * count
+        self.sums[1] += count
+        if self.task == "classify":
+            size = len(self.classes)
+            predicted = outputs.argmax(dim=1)
+            self.confusion += torch.bincount(targets * size + predicted,
+                                             minlength=size * size).view(size, size)
+        elif self.task == "regress":
+            error = outputs.squeeze(1).double() - targets.double()
+            self.sums[2] += error.abs().sum()
+            self.sums[3] += (error ** 2).sum()
+        else:
+            correct = ((outputs > 0) == (targets > 0.5)).double().mean(dim=1)
+            self.sums[2] += correct.sum()
+
+    def result(self) -> dict:
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(self.sums)
+            dist.all_reduce(self.confusion)
+        count = max(self.sums[1].item(), 1)
+        out = {"loss": self.sums[0].item() / count, "samples": int(self.sums[1].item())}
+        if self.task == "classify":
+            out.update(_classification(self.confusion.cpu(), self.classes))
+        elif self.task == "regress":
+            out.update(mae=self.sums[2].item() / count, rmse=(self.sums[3].item() / count) ** .5)
+        else:
+            out["accuracy"] = self.sums[2].item() / count
+        return out
+
+
+def _classification(confusion: torch.Tensor, classes: list[str]) -> dict:
+    true_positive = confusion.diag().double()
+    precision = true_positive / confusion.sum(0).clamp_min(1)
+    recall = true_positive / confusion.sum(1).clamp_min(1)
+    f1 = 2 * precision * recall / (precision + recall).clamp_min(1e-12)
+    return {"accuracy": true_positive.sum().item() / max(confusion.sum().item(), 1),
+            "per_class": {name: {"precision": p, "recall": r, "f1": f}
+                          for name, p, r, f in zip(classes, precision.tolist(), recall.tolist(),
+                                                   f1.tolist(), strict=True)},
+            "confusion": confusion.tolist()}

@@ -1,0 +1,96 @@
+"""Compact models defined here (no downloads), chosen from the data."""
+
+import torch
+from torch import nn
+
+from packer.errors import PackerError
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, inputs: int, outputs: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False), nn.BatchNorm2d(outputs),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False), nn.BatchNorm2d(outputs))
+        self.skip = (nn.Identity() if stride == 1 and inputs == outputs else nn.Sequential(
+            nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+class SmallResNet(nn.Module):
+    """A ResNet-style CNN for small images: a stem, three stages, pooling, a head."""
+
+    def __init__(self, outputs: int, width: int = 32, dropout: float = 0.0):
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True),
+            BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
+            BasicBlock(2 * width, 4 * width, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(4 * width, outputs))
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+class MLP(nn.Module):
+    """For feature vectors (normalised before they come in)."""
+
+    def __init__(self, inputs: int, outputs: int, hidden: int = 256, dropout: float = 0.0):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(True),
+                                      nn.Dropout(dropout), nn.Linear(hidden, hidden),
+                                      nn.ReLU(True))
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, outputs))
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+class CNN1D(nn.Module):
+    """For windows of sensor records, (channels, time)."""
+
+    def __init__(self, channels: int, outputs: int, width: int = 64, dropout: float = 0.0):
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv1d(channels, width, 5, padding=2), nn.BatchNorm1d(width), nn.ReLU(True),
+            nn.Conv1d(width, width, 5, stride=2, padding=2), nn.BatchNorm1d(width),
+            nn.ReLU(True), nn.Conv1d(width, 2 * width, 5, stride=2, padding=2),
+            nn.BatchNorm1d(2 * width), nn.ReLU(True), nn.AdaptiveAvgPool1d(1), nn.Flatten())
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(2 * width, outputs))
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+MODELS = {"resnet": "image", "mlp": "vector", "cnn1d": "sequence"}
+_AUTO = {"image": "resnet", "vector": "mlp", "sequence": "cnn1d"}
+
+
+def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float) -> nn.Module:
+    if name == "auto":
+        name = _AUTO[kind]
+    if name not in MODELS:
+        raise PackerError(f"--model {name}: use one of auto, {', '.join(MODELS)}")
+    if MODELS[name] != kind:
+        raise PackerError(f"--model {name} is for {MODELS[name]} data; this dataset holds "
+                          f"{kind} data")
+    if name == "resnet":
+        return SmallResNet(outputs, dropout=dropout)
+    if name == "mlp":
+        return MLP(input_shape[0], outputs, dropout=dropout)
+    return CNN1D(input_shape[0], outputs, dropout=dropout)
+
+
+def load_weights(model: nn.Module, path: str, freeze_backbone: bool) -> None:
+    """Start from a checkpoint's weights (the head is kept if it fits)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = state.get("model", state)
+    own = model.state_dict()
+    fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(fitting, strict=False)
+    if freeze_backbone:
+        for parameter in model.backbone.parameters():
+            parameter.requires_grad_(False)
