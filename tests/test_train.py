@@ -95,3 +95,14 @@ def test_ddp_with_two_gloo_processes(colours, tmp_path):
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
     assert lines[0]["val"]["samples"] == 12  # a tenth held out, split over the ranks, reduced
+
+
+def test_overfit_check_and_lr_find(colours, tmp_path):
+    assert "overfit: loss" in train("overfit", colours / "wds", "--samples", "32", *COMMON)
+    report = train("check", colours / "wds", "--out", tmp_path / "check", *COMMON)
+    assert "input_shape: [3, 16, 16]" in report and "finite_gradients': True" in report
+    assert (tmp_path / "check" / "check_grid.png").read_bytes()[:4] == b"\x89PNG"
+    found = train("lr-find", colours / "wds", "--out", tmp_path / "lr", "--steps", "20",
+                  *COMMON)
+    assert "suggested learning rate" in found
+    assert (tmp_path / "lr" / "lr_find.png").read_bytes()[:4] == b"\x89PNG"

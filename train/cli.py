@@ -97,5 +97,75 @@ def fit(data, out, **options):
                                                      "samples_per_s", "data_wait_share")}))
 
 
+@cli.command()
+@click.argument("data")
+@click.option("--out", default="runs/check", show_default=True,
+              help="Folder for check_grid.png.")
+@config_options
+def check(data, out, **options):
+    """Check the data pipeline before training: shapes, ranges, labels, one step.
+
+    Prints batch shapes and dtypes, the channel order, value ranges after
+    normalisation, the class distribution (with an imbalance warning), a NaN/inf
+    scan and one forward and backward pass, and writes a grid of samples with
+    their labels to OUT/check_grid.png: the eye check that labels match samples.
+
+    \b
+    Example:
+      train check ./images-wds
+    """
+    from train.probes import check as run_check
+
+    report = run_check(TrainConfig(data=data, out=out, **options))
+    for name, value in report.items():
+        if name != "warnings":
+            click.echo(f"{name}: {value}")
+    for warning in report["warnings"]:
+        click.echo(f"WARNING: {warning}")
+
+
+@cli.command()
+@click.argument("data")
+@click.option("--samples", type=click.IntRange(min=1), default=128, show_default=True,
+              help="How many samples to fit.")
+@click.option("--out", default="runs/overfit", show_default=True, help="Unused folder name.")
+@config_options
+def overfit(data, samples, out, **options):
+    """Fit a small subset until the loss is near zero: a model and data that cannot,
+    have a bug. Exits 1 when the loss does not get there.
+
+    \b
+    Example:
+      train overfit ./images-wds --samples 128
+    """
+    from train.probes import overfit as run_overfit
+
+    options["lr"] = options["lr"] if options["lr"] != TrainConfig.lr else 1e-3
+    result = run_overfit(TrainConfig(data=data, out=out, **options), samples)
+    click.echo(result["message"])
+    raise SystemExit(0 if result["reached"] else 1)
+
+
+@cli.command("lr-find")
+@click.argument("data")
+@click.option("--out", default="runs/lr", show_default=True,
+              help="Folder for lr_find.png and lr_find.json.")
+@click.option("--steps", type=click.IntRange(min=10), default=100, show_default=True,
+              help="Steps of the sweep from 1e-6 to 1.")
+@config_options
+def lr_find(data, out, steps, **options):
+    """Sweep the learning rate up exponentially, plot loss against it, suggest one.
+
+    \b
+    Example:
+      train lr-find ./images-wds --out runs/lr
+    """
+    from train.probes import lr_find as run_lr_find
+
+    result = run_lr_find(TrainConfig(data=data, out=out, **options), steps)
+    click.echo(f"suggested learning rate: {result['suggested_lr']:.3g} (the loss was lowest "
+               f"at {result['min_loss_lr']:.3g}); plot in {out}/lr_find.png")
+
+
 def main():
     cli(prog_name="train")
