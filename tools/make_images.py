@@ -37,8 +37,15 @@ def image_path(out: Path, index: int) -> Path:
     return out / f"class_{index % CLASSES:02d}" / f"img_{index:06d}.jpg"
 
 
-def draw_image(rng: np.random.Generator) -> Image.Image:
-    """One synthetic 'photo': gradient background, a few blurred shapes, noise."""
+# Each class has a mark (a disc of its own colour) drawn over the scene, so that a
+# model trained on the dataset has something to learn.
+CLASS_COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+                 (145, 30, 180), (70, 240, 240), (240, 50, 230), (250, 250, 250), (0, 0, 0)]
+
+
+def draw_image(rng: np.random.Generator, label: int = 0) -> Image.Image:
+    """One synthetic 'photo': gradient background, a few blurred shapes, the class's
+    mark, noise."""
     width, height = (int(v) for v in rng.integers(MIN_SIDE, MAX_SIDE + 1, size=2))
     # Background: a bilinear blend of four random corner colours.
     corners = rng.uniform(0, 255, size=(2, 2, 3))
@@ -62,6 +69,10 @@ def draw_image(rng: np.random.Generator) -> Image.Image:
             draw.rectangle(box, fill=colour)
         else:
             draw.line(box, fill=colour, width=int(rng.integers(1, 4)))
+    radius = min(width, height) // 5
+    cx, cy = int(rng.integers(radius, width - radius)), int(rng.integers(radius, height - radius))
+    draw.ellipse((cx - radius, cy - radius, cx + radius, cy + radius),
+                 fill=CLASS_COLOURS[label % len(CLASS_COLOURS)])
     image = image.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0.3, 0.8))))
     # Mild sensor-like noise, which is what makes JPEGs of this size a few KB.
     noisy = np.asarray(image, dtype=np.float32)
@@ -76,7 +87,7 @@ def _make_range(job: tuple[str, int, int, int]) -> int:
     for index in range(start, stop):
         rng = np.random.default_rng([seed, index])
         path = image_path(Path(out), index)
-        draw_image(rng).save(path, "JPEG", quality=QUALITY)
+        draw_image(rng, index % CLASSES).save(path, "JPEG", quality=QUALITY)
         total += path.stat().st_size
     return total
 
