@@ -1,12 +1,16 @@
 """What the data is (from the manifest) and how batches become model inputs."""
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 import packer
-from packer.decode import IMAGE_FIELDS
+from packer.checks import check_file
+from packer.decode import IMAGE_FIELDS, decode_image, image_tensor
 from packer.errors import PackerError
+from packer.manifest import MANIFEST_NAME
+from packer.sources.files import read_file, scan_folder
 from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
@@ -22,6 +26,7 @@ class DataInfo:
     class_counts: list[int] | None
     input_shape: tuple  # of one sample: (3, H, W), (F,) or (C, T)
     stats: dict | None  # per-feature mean and std for vectors, from the manifest
+    files: list | None = None  # a loose image folder: (path, class id) per image
 
     @property
     def num_outputs(self) -> int:
@@ -34,6 +39,8 @@ def _array_fields(fields: dict) -> list[str]:
 
 def describe(config: TrainConfig) -> DataInfo:
     """Read the manifest; fail before training when the data cannot serve the task."""
+    if not (Path(config.data) / MANIFEST_NAME).is_file() and Path(config.data).is_dir():
+        return _describe_loose(config)
     manifest = packer.load_manifest(config.data)
     fields = manifest["fields"]
     images = [n for n in fields if n.lower() in IMAGE_FIELDS]
@@ -66,6 +73,45 @@ def describe(config: TrainConfig) -> DataInfo:
                     manifest.get("stats"))
 
 
+def _describe_loose(config: TrainConfig) -> DataInfo:
+    """An ImageFolder that was never packed: read file by file (for comparisons)."""
+    scan = scan_folder(Path(config.data))
+    if scan.label_source != "folders":
+        raise PackerError(f"{config.data}: not a packed dataset, nor an image folder with one "
+                          "sub-folder per class")
+    files = [(str(Path(config.data) / s.files[0][1]), s.label) for s in scan.samples()
+             if s.files[0][0].lower() in IMAGE_FIELDS]
+    files = [(path, label) for path, label in files  # what packing would skip, skipped here
+             if check_file(Path(path).suffix[1:], read_file(path), "header") is None]
+    counts = [sum(1 for _, label in files if label == i) for i in range(len(scan.classes))]
+    return DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
+                    (3, config.image_size, config.image_size), None, files)
+
+
+class LooseImages(torch.utils.data.Dataset):
+    """One file opened and decoded per sample, as people write it by hand."""
+
+    def __init__(self, files: list, image_size: int):
+        self.files, self.size = files, (image_size, image_size)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> dict:
+        path, label = self.files[index]
+        with open(path, "rb") as file:
+            image = decode_image(file.read(), self.size, Path(path).suffix[1:].lower())
+        return {"__key__": path, "jpg": image_tensor(image), "cls": label}
+
+
+def _loose_datasets(info: DataInfo, config: TrainConfig):
+    order = torch.randperm(len(info.files), generator=torch.Generator().manual_seed(0))
+    held = int(len(order) * (config.val_split if config.val is None else 0))
+    pick = [info.files[i] for i in order.tolist()]
+    train = LooseImages(pick[held:], config.image_size)
+    return train, (LooseImages(pick[:held], config.image_size) if held else None)
+
+
 def _channels(shape: list[int]) -> int:
     channels = 1
     for size in shape[1:]:
@@ -75,6 +121,8 @@ def _channels(shape: list[int]) -> int:
 
 def datasets(info: DataInfo, config: TrainConfig):
     """Train and validation datasets (validation None when there is none)."""
+    if info.files is not None:
+        return _loose_datasets(info, config)
     options = {"decode": "rgb8" if info.kind == "image" else "raw",
                "image_size": config.image_size if info.kind == "image" else None,
                "seed": config.seed}

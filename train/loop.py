@@ -228,8 +228,10 @@ def fit(config: TrainConfig) -> dict:
     info = describe(config)
     setup_distributed()  # first: the datasets split themselves by the process group's rank
     train_set, val_set = datasets(info, config)
+    order = torch.Generator()  # a loose folder's shuffle; packed data shuffle themselves
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
-                               num_workers=config.workers, pin_memory=torch.cuda.is_available())
+                               num_workers=config.workers, pin_memory=torch.cuda.is_available(),
+                               shuffle=info.files is not None, generator=order)
     val_loader = val_set and packer.DataLoader(val_set, batch_size=config.batch_size,
                                                num_workers=config.workers)
     run = build(config, max(len(loader), 1), info)
@@ -245,7 +247,9 @@ def fit(config: TrainConfig) -> dict:
     writer = _tensorboard(run)
     for epoch in range(start, config.epochs):
         torch.manual_seed(config.seed * 100_003 + epoch)  # dropout: the same after a resume
-        train_set.set_epoch(epoch)
+        order.manual_seed(config.seed * 100_003 + epoch)
+        if hasattr(train_set, "set_epoch"):
+            train_set.set_epoch(epoch)
         train = train_epoch(run, loader, epoch)
         val = evaluate(run, val_loader) if val_loader else None
         score = _monitor(run, val, train)

@@ -1,0 +1,53 @@
+"""The training benchmark: how much of each step waits for data, loose against packed.
+
+Usage:
+    python tools/bench_train.py [--data DIR] [--packed DIR] [--epochs 2] [--image-size 64]
+                                [--workers 2] [--batch-size 64]
+
+Trains the same model (the small CNN) on the same images twice with `train fit`:
+once from the loose folder (one file opened and decoded per sample) and once from
+its WebDataset shards (packed first if --packed is missing), and prints samples/s
+and the share of step time spent waiting for data for each, from OUT/summary.json.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def fit(data: str, out: Path, args) -> dict:
+    command = [sys.executable, "-m", "train", "fit", data, "--out", str(out), "--epochs",
+               str(args.epochs), "--image-size", str(args.image_size), "--workers",
+               str(args.workers), "--batch-size", str(args.batch_size), "--val-split", "0"]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / "summary.json").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="/tmp/bench-images")
+    parser.add_argument("--packed")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    packed = args.packed or str(work / "wds")
+    if not args.packed:
+        subprocess.run([sys.executable, "-m", "packer", "pack", args.data, "-o", packed, "-q"],
+                       check=True)
+    rows = {"loose files": fit(args.data, work / "loose", args),
+            "packed shards": fit(packed, work / "packed", args)}
+    print(f"\n{'reader':<16} {'samples/s':>10} {'waiting for data':>18}")
+    for name, summary in rows.items():
+        print(f"{name:<16} {summary['samples_per_s']:>10,.0f} "
+              f"{100 * summary['data_wait_share']:>17.1f}%")
+
+
+if __name__ == "__main__":
+    main()
