@@ -106,3 +106,9 @@ def test_overfit_check_and_lr_find(colours, tmp_path):
                   *COMMON)
     assert "suggested learning rate" in found
     assert (tmp_path / "lr" / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fit_from_a_loose_folder(colours, tmp_path):
+    train("fit", colours / "images", "--out", tmp_path / "loose", "--epochs", "1", *COMMON)
+    summary = json.loads((tmp_path / "loose" / "summary.json").read_text())
+    assert summary["epochs_run"] == 1 and summary["best"]["val"]["samples"] == 12
