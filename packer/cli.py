@@ -10,6 +10,7 @@ import click
 from packer import __version__
 from packer.checks import CHECK_MODES
 from packer.cli_binary import inspect_binary
+from packer.cli_tables import inspect_table, table_text
 from packer.errors import PackerError, UsageProblem
 from packer.formats import FORMAT_NAMES
 from packer.report import inspect_text, pack_summary, pack_text, verify_text
@@ -119,15 +120,49 @@ def cli():
 @click.option("--label-spec", metavar="SPEC",
               help="Binary dump: --labels is a binary file read with this spec (e.g. "
                    "mnist-idx-labels); without it, --labels has one label per line.")
+@click.option("--label-column", multiple=True, metavar="COL",
+              help="Table: the label column (repeat, or a,b, for several: a multi-hot or "
+                   "multi-target float vector). Text labels become class ids.")
+@click.option("--feature-columns", multiple=True, metavar="COLS",
+              help="Table: feature columns, names or globs ('f*'), repeatable or a,b "
+                   "(default: every numeric column except the label and key).")
+@click.option("--drop-columns", multiple=True, metavar="COLS",
+              help="Table: columns (names or globs) to leave out of the features.")
+@click.option("--key-column", metavar="COL",
+              help="Table: the column whose values are the sample keys (default: the row "
+                   "number, zero-padded).")
+@click.option("--na", type=click.Choice(["fail", "drop", "zero", "mean"]), default="fail",
+              show_default=True,
+              help="Table: what to do with an empty or non-numeric feature cell: stop with "
+                   "its row, drop its row, or fill it with 0 or the column's mean.")
+@click.option("--categorical", multiple=True, metavar="COLS",
+              help="Table: text columns to map to ids (sorted names, kept in the manifest).")
+@click.option("--date-columns", multiple=True, metavar="COLS",
+              help="Table: date columns, converted to Unix seconds (naive dates as UTC).")
+@click.option("--task", type=click.Choice(["classify", "regress"]), default="classify",
+              show_default=True,
+              help="Table: class ids (cls) from the label, or a float target (target.npy).")
+@click.option("--sheet", metavar="NAME", help="Excel: the sheet to pack (default: the first).")
+@click.option("--header-row", type=click.IntRange(min=1), metavar="N",
+              help="Table: the row (1-based, as a spreadsheet shows it) holding the column "
+                   "names (default: guessed; title lines above it are skipped).")
+@click.option("--skip-rows", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Table: rows to skip after the header (a units line, say).")
+@click.option("--delimiter", metavar="CHAR",
+              help="CSV: the field delimiter (default: detected among , tab ; |).")
+@click.option("--encoding", metavar="NAME",
+              help="CSV: the text encoding (default: detected; utf-8, utf-8 with BOM, GBK ...).")
 @json_option
 @quiet_option
 def pack(source, out, as_json, quiet, **options):
-    """Pack SOURCE, a folder of files (or with --spec a binary dump), into one dataset.
+    """Pack SOURCE, a folder of files (or with --spec a binary dump, or a table: .csv,
+    .tsv, .xlsx, .xls, .parquet), into one dataset.
 
     Classes come from sub-folder names (ImageFolder layout), from --labels, from a
-    record field, or there are none. Bad inputs are listed with their reason, never
-    dropped silently. Files are stored byte for byte; binary records as arrays in
-    their own type and native byte order.
+    record field, from a table's --label-column, or there are none. Bad inputs are
+    listed with their reason, never dropped silently. Files are stored byte for byte;
+    binary records as arrays in their own type and native byte order; a table row as a
+    float32 feature array (see docs/tables.md).
 
     \b
     Example:
@@ -138,6 +173,8 @@ def pack(source, out, as_json, quiet, **options):
       packer pack ./wavs --spec pcm16 --to webdataset -o wavs-wds
       packer pack train-images-idx3-ubyte --spec mnist-idx --labels \\
           train-labels-idx1-ubyte --label-spec mnist-idx-labels --to hdf5 -o mnist.h5
+      packer pack ./export.xlsx --to hdf5 --label-column diagnosis -o ./export.h5
+      packer pack ./big.csv --to webdataset --label-column y --feature-columns 'f*' -o big-wds
     """
     from packer.packing import PackOptions
     from packer.packing import pack as run_pack
@@ -147,6 +184,8 @@ def pack(source, out, as_json, quiet, **options):
         _emit_json(pack_summary(manifest, out))
     else:
         click.echo(pack_text(manifest, out))
+        if manifest["source"].get("kind") == "table":
+            click.echo(table_text(manifest))
 
 
 @cli.command()
@@ -281,6 +320,7 @@ def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size,
 
 
 cli.add_command(inspect_binary)
+cli.add_command(inspect_table)
 
 
 def main():

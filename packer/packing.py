@@ -24,7 +24,7 @@ from packer.formats import format_module
 from packer.formats.base import LAYOUT_VERSION, Chunk, Encoded, chunk_items, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
-from packer.sources import open_source
+from packer.sources import is_table, open_source
 from packer.sources.files import read_file
 
 PROGRESS_NAME = "progress.json"
@@ -55,6 +55,19 @@ class PackOptions:
     tail: str | None = None
     label_field: str | None = None
     label_spec: str | None = None
+    sheet: str | None = None  # tables (packer/sources/tables.py, docs/tables.md)
+    header_row: int | None = None
+    skip_rows: int = 0
+    delimiter: str | None = None
+    encoding: str | None = None
+    label_column: tuple = ()
+    feature_columns: tuple = ()
+    drop_columns: tuple = ()
+    key_column: str | None = None
+    na: str = "fail"
+    categorical: tuple = ()
+    date_columns: tuple = ()
+    task: str = "classify"
 
     def recorded(self) -> dict:
         """The options that shape the output, as the manifest records them."""
@@ -100,8 +113,9 @@ class Tally:
 def check_paths(source: Path, out: Path, options: PackOptions) -> None:
     if not source.exists():
         raise UsageProblem(f"{source}: no such file or folder")
-    if not source.is_dir() and not options.spec:
-        raise UsageProblem(f"{source}: not a folder; a binary dump is packed with --spec")
+    if not source.is_dir() and not options.spec and not is_table(source):
+        raise UsageProblem(f"{source}: not a folder; a binary dump is packed with --spec, and "
+                           "a table must end in .csv, .tsv, .txt, .xlsx, .xls or .parquet")
     src, dst = source.resolve(), out.resolve()
     if dst.is_relative_to(src):
         raise UsageProblem(f"-o {out} is inside the input {source}; write the output "

@@ -15,6 +15,12 @@ column arrays, which HDF5 stores without a per-sample step. A sample is a dict
 from pathlib import Path
 
 from packer.sources import files
+from packer.tables import TABLE_SUFFIXES
+
+
+def is_table(path: Path) -> bool:
+    """A file that the tables source reads: CSV, TSV, .txt, Excel or Parquet, by suffix."""
+    return Path(path).is_file() and Path(path).suffix.lower() in TABLE_SUFFIXES
 
 
 def open_source(path: Path, options):
@@ -23,6 +29,10 @@ def open_source(path: Path, options):
         from packer.sources.binary import open_binary
 
         return open_binary(path, options)
+    if is_table(path):
+        from packer.sources.tables import open_table_source
+
+        return open_table_source(path, options)
     scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                              group_by_stem=options.group_by_stem,
                              follow_symlinks=options.follow_symlinks)

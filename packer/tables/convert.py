@@ -1,0 +1,201 @@
+"""Which columns are features, labels and keys, and their checked conversion to numbers.
+
+Nothing is guessed silently: a feature cell that is not a number (or is empty) is
+reported with its column, row and value unless `--na` says what to do with it, and
+text columns left out of the default features are listed in the manifest.
+"""
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from packer.errors import PackerError, UsageProblem
+from packer.tables.readers import canon_text
+
+NA_POLICIES = ("fail", "drop", "zero", "mean")
+TASKS = ("classify", "regress")
+_GLOB = set("*?[")
+
+
+def _list_names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:30])
+    return shown + (f" and {len(names) - 30} more" if len(names) > 30 else "")
+
+
+def match_columns(values, names: list[str], option: str, path) -> list[str]:
+    """Columns named by `values` (names, globs, or comma-separated lists of them), in
+    the table's order."""
+    wanted: set[str] = set()
+    for value in values:
+        if value in names:
+            wanted.add(value)
+            continue
+        parts = [value] if value in names or "," not in value else value.split(",")
+        for part in (p.strip() for p in parts):
+            if part in names:
+                wanted.add(part)
+            elif _GLOB & set(part) and fnmatch.filter(names, part):
+                wanted.update(n for n in names if fnmatch.fnmatchcase(n, part))
+            else:
+                raise UsageProblem(f"{option} {part}: {path} has no column "
+                                   f"{'matching' if _GLOB & set(part) else 'named'} {part!r}; "
+                                   f"its columns are {_list_names(names)}")
+    return [n for n in names if n in wanted]
+
+
+def numeric_share(series: pd.Series) -> float | None:
+    """The share of the filled cells that are numbers; None when no cell is filled."""
+    if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
+        return 1.0 if series.notna().any() else None
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return 0.0
+    filled = series.dropna()
+    if filled.empty:
+        return None
+    return float(pd.to_numeric(filled, errors="coerce").notna().mean())
+
+
+def inferred_type(series: pd.Series) -> str:
+    """number, integer, text, date, bool or empty, from a sample of the column."""
+    if pd.api.types.is_bool_dtype(series):
+        return "bool"
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return "date"
+    share = numeric_share(series)
+    if share is None:
+        return "empty"
+    if share > 0.5:
+        numbers = pd.to_numeric(series, errors="coerce").dropna()
+        integral = bool((numbers == np.round(numbers)).all())
+        return "integer" if integral else "number"
+    if series.dropna().map(lambda v: hasattr(v, "isoformat")).all():
+        return "date"
+    return "text"
+
+
+@dataclass
+class Columns:
+    """The roles of the table's columns."""
+
+    features: list[str]
+    labels: list[str]
+    key: str | None
+    categorical: list[str] = field(default_factory=list)
+    dates: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)  # column -> why it is no feature
+
+
+def choose_columns(names: list[str], sample: pd.DataFrame, options, path) -> Columns:
+    """Features, labels and key from the options; `sample` (the first rows) decides
+    which columns are numeric when --feature-columns is not given."""
+    labels = match_columns(options.label_column, names, "--label-column", path)
+    key = None
+    if options.key_column:
+        key = match_columns([options.key_column], names, "--key-column", path)[0]
+    categorical = match_columns(options.categorical, names, "--categorical", path)
+    dates = match_columns(options.date_columns, names, "--date-columns", path)
+    dropped = set(match_columns(options.drop_columns, names, "--drop-columns", path))
+    special = set(labels) | {key}
+    for column in categorical + dates:
+        if column in special:
+            raise UsageProblem(f"--categorical/--date-columns {column}: it is the label or "
+                               "key column, not a feature")
+    left_out: dict[str, str] = {}
+    if options.feature_columns:
+        chosen = set(match_columns(options.feature_columns, names, "--feature-columns", path))
+    else:
+        chosen = set()
+        for name in names:
+            if name in special or name in dropped or name in categorical or name in dates:
+                continue
+            kind = inferred_type(sample[name])
+            if kind in ("number", "integer", "bool"):
+                chosen.add(name)
+            else:
+                left_out[name] = {"empty": "empty in the first rows",
+                                  "date": "dates; pass --date-columns to include it",
+                                  }.get(kind, "text; pass --categorical to include it")
+    chosen = (chosen | set(categorical) | set(dates)) - dropped - special
+    features = [n for n in names if n in chosen]
+    if not features:
+        raise UsageProblem(f"{path}: no feature columns (numeric columns other than the label "
+                           "and key); name them with --feature-columns, or map text columns "
+                           f"with --categorical. Columns: {_list_names(names)}")
+    return Columns(features, labels, key, [c for c in categorical if c in chosen],
+                   [c for c in dates if c in chosen], left_out)
+
+
+def to_numbers(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """float64 values (NaN where not a finite number) and the mask of those cells."""
+    if pd.api.types.is_datetime64_any_dtype(series):
+        values = np.full(len(series), np.nan)
+    elif pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    else:
+        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, copy=True,
+                                                                 na_value=np.nan)
+    bad = ~np.isfinite(values)
+    values[bad] = np.nan
+    return values, bad
+
+
+def to_seconds(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Dates as Unix seconds (naive dates are taken as UTC)."""
+    if pd.api.types.is_numeric_dtype(series):
+        return to_numbers(series)
+    try:
+        dates = pd.to_datetime(series, errors="coerce", utc=True, format="mixed")
+    except (TypeError, ValueError):
+        dates = pd.Series(pd.NaT, index=series.index, dtype="datetime64[ns, UTC]")
+    values = ((dates - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
+        dtype=np.float64, na_value=np.nan)
+    return values, np.isnan(values)
+
+
+class Categories:
+    """Text values to ids: provisional ids in order of first sight while reading, final
+    ids in sorted order (numerically when every name is an integer)."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+
+    def codes(self, series: pd.Series) -> np.ndarray:
+        """Provisional ids of a chunk's cells, -1 where a cell is empty."""
+        codes, uniques = pd.factorize(series, use_na_sentinel=True)
+        mapped = np.empty(len(uniques) + 1, np.int64)
+        mapped[-1] = -1
+        for i, value in enumerate(uniques):
+            text = canon_text(value)
+            mapped[i] = -1 if text == "" else self.ids.setdefault(text, len(self.ids))
+        return mapped[codes]
+
+    def names(self) -> list[str]:
+        names = list(self.ids)
+        try:
+            return sorted(names, key=int)
+        except ValueError:
+            return sorted(names)
+
+    def remap(self) -> np.ndarray:
+        """Provisional id -> final id."""
+        order = {name: i for i, name in enumerate(self.names())}
+        return np.array([order[name] for name in self.ids], np.int64)
+
+
+def first_problems(path, table, column: str, series: pd.Series, bad: np.ndarray,
+                   offset: int, role: str = "column") -> str:
+    """`column 'size', row 1234: 'n/a'` for the first few bad cells of a chunk."""
+    where = np.flatnonzero(bad)
+    shown = []
+    for i in where[:3]:
+        value = series.iloc[i]
+        shown.append(f"row {table.file_row(offset + int(i))}: {canon_text(value)!r}")
+    more = f" ({len(where):,} such cells in rows {table.file_row(offset):,}.." \
+           f"{table.file_row(offset + len(series) - 1):,})" if len(where) > 3 else ""
+    return f"{path}: {role} {column!r}, " + "; ".join(shown) + more
+
+
+def fail(message: str, hint: str):
+    raise PackerError(f"{message}: {hint}")

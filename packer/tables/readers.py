@@ -1,0 +1,305 @@
+"""Opening a table and reading it a chunk of rows at a time.
+
+`open_table(path, ...)` gives a `Table`: its column names, where its header is, and
+`chunks(columns, rows)`, data frames of at most `rows` rows holding only the named
+columns. CSV/TSV files are read with pandas' C parser in chunks (memory does not
+grow with the file); an Excel sheet is read whole (python-calamine through pandas,
+openpyxl or xlrd only when calamine is missing; a sheet holds at most 1,048,576
+rows); Parquet by record batches through pyarrow.
+
+Rows are numbered as a spreadsheet or an editor shows them: the file's first row
+is row 1, so with one title line the header is row 2 and the first data row row 3.
+Only an empty cell is missing: "n/a", "NULL" and the like are kept as text, so a
+numeric column that holds them is reported, not quietly filled.
+"""
+
+import codecs
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from packer.errors import PackerError, UsageProblem
+
+SAMPLE_BYTES = 1 << 20  # bytes read to detect the encoding and the delimiter
+SNIFF_ROWS = 30  # rows looked at to find the header
+DELIMITERS = [",", "\t", ";", "|"]
+_GB = {"gbk", "gb2312", "gb18030", "hz", "cp936"}
+
+
+def canon_text(value) -> str:
+    """A cell as text: integral numbers without `.0`, missing cells as ``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def detect_encoding(path: Path, sample: bytes) -> str:
+    """utf-8 (with or without a BOM) when the bytes decode so, else charset-normalizer's
+    best guess; any GB encoding is read as GB18030, the superset of GBK and GB2312."""
+    if sample.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+        return "utf-8"
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(sample).best()
+    if best is None:
+        raise PackerError(f"{path}: cannot tell the text encoding; pass --encoding "
+                          "(for example gbk, latin-1, cp1252)")
+    name = codecs.lookup(best.encoding).name
+    return "gb18030" if name in _GB else name
+
+
+def detect_delimiter(lines: list[str], suffix: str) -> str:
+    """The delimiter that splits most rows into the same number (>1) of fields."""
+    preferred = ["\t"] if suffix == ".tsv" else [","]
+    best, best_score = None, None
+    for delimiter in preferred + [d for d in DELIMITERS if d not in preferred]:
+        counts = [len(r) for r in csv.reader(lines, delimiter=delimiter) if r]
+        if not counts:
+            continue
+        width = max(set(counts), key=counts.count)
+        if width < 2:
+            continue
+        score = (counts.count(width) / len(counts), width)
+        if best_score is None or score > best_score:
+            best, best_score = delimiter, score
+    return best or preferred[0]
+
+
+def guess_header(rows: list[list]) -> int:
+    """The index of the header among the first rows: the first row with more than half
+    as many filled cells as the fullest row (title lines above it have fewer)."""
+    filled = [sum(1 for cell in row if canon_text(cell).strip()) for row in rows]
+    most = max(filled, default=0)
+    return next(i for i, n in enumerate(filled) if n * 2 > most) if most else 0
+
+
+def _names(path: Path, cells: list, header_row: int) -> list[str]:
+    names = [canon_text(c) or f"column_{i + 1}" for i, c in enumerate(cells)]
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise PackerError(f"{path}: the header (row {header_row}) names column {name!r} "
+                              f"twice (columns {seen[name] + 1} and {i + 1}); rename one, or "
+                              "pass --header-row if this is not the header")
+        seen[name] = i
+    return names
+
+
+class Table:
+    """Column names and chunks of rows of one table (a CSV file, a sheet, a Parquet file)."""
+
+    kind = "table"
+    header_row: int | None = None  # 1-based row of the header in the file
+    first_data_row = 1  # 1-based row of the first data row
+    names: list[str]
+
+    def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
+        raise NotImplementedError
+
+    def file_row(self, index: int) -> int:
+        """The row of the file that holds data row `index` (0-based)."""
+        return self.first_data_row + index
+
+    def head(self, rows: int) -> pd.DataFrame:
+        return next(iter(self.chunks(None, rows)), pd.DataFrame(columns=self.names))
+
+    def describe(self) -> dict:
+        return {"format": self.kind, "header_row": self.header_row,
+                "first_data_row": self.first_data_row}
+
+
+class CsvTable(Table):
+    kind = "csv"
+
+    def __init__(self, path: Path, delimiter=None, encoding=None, header_row=None, skip_rows=0):
+        self.path = path
+        with open(path, "rb") as file:
+            sample = file.read(SAMPLE_BYTES)
+            truncated = bool(file.read(1))
+        if not sample.strip():
+            raise PackerError(f"{path}: the file is empty")
+        self.encoding = encoding or detect_encoding(path, sample)
+        try:
+            text = codecs.getincrementaldecoder(self.encoding)(errors="strict").decode(
+                sample, final=not truncated)
+        except LookupError:
+            raise UsageProblem(f"--encoding {encoding}: not an encoding Python knows") from None
+        except UnicodeDecodeError as err:
+            raise PackerError(f"{path}: not valid {self.encoding} text at byte {err.start:,}; "
+                              "pass --encoding (for example gbk, latin-1)") from None
+        lines = text.splitlines()
+        if truncated and len(lines) > 1:
+            lines = lines[:-1]  # the last line may be cut
+        self.delimiter = delimiter or detect_delimiter(lines[:200], path.suffix.lower())
+        rows = list(csv.reader(lines[:max(SNIFF_ROWS, (header_row or 0) + 1)],
+                               delimiter=self.delimiter))
+        index = header_row - 1 if header_row else guess_header(rows)
+        if index >= len(rows) or not any(c.strip() for c in rows[index]):
+            raise PackerError(f"{path}: row {index + 1} is not a header (it is empty or past "
+                              "the end of the file); pass --header-row N")
+        self.header_row = index + 1
+        self.names = _names(path, rows[index], self.header_row)
+        # pandas counts the header among non-blank lines; rows after it to skip are lines
+        self.header_index = sum(1 for row in rows[:index] if row)
+        self.skip_after = list(range(index + 1, index + 1 + skip_rows))
+        self.first_data_row = index + 2 + skip_rows
+
+    def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
+        # Every column is parsed: with `usecols`, pandas drops the fields of a row that
+        # is too long without a word, and ragged rows must be reported.
+        try:
+            # header=N rather than skiprows: pandas checks skiprows line by line (slow)
+            reader = pd.read_csv(self.path, sep=self.delimiter, encoding=self.encoding,
+                                 header=self.header_index, skiprows=self.skip_after or None,
+                                 index_col=False, chunksize=rows,
+                                 keep_default_na=False, na_values=[""],
+                                 skip_blank_lines=True, engine="c", low_memory=False)
+            for frame in reader:
+                if frame.shape[1] != len(self.names):
+                    raise PackerError(
+                        f"{self.path}: ragged rows: data rows have {frame.shape[1]} fields, "
+                        f"the header (row {self.header_row}) has {len(self.names)}; every "
+                        "row needs one field per column")
+                frame.columns = self.names
+                yield frame if columns is None else frame[columns]
+        except pd.errors.EmptyDataError:
+            return
+        except pd.errors.ParserError as err:
+            raise PackerError(f"{self.path}: ragged rows: {_parser_message(err)} "
+                              f"(the header, row {self.header_row}, has {len(self.names)} "
+                              "fields); every row needs one field per column") from None
+        except UnicodeDecodeError as err:
+            raise PackerError(f"{self.path}: not valid {self.encoding} text ({err.reason}); "
+                              "pass --encoding (for example gbk, latin-1)") from None
+        except ValueError as err:  # usecols beyond a short file's width, and the like
+            raise PackerError(f"{self.path}: {err}") from None
+
+    def describe(self) -> dict:
+        return {**super().describe(), "encoding": self.encoding, "delimiter": self.delimiter}
+
+
+def _parser_message(err: Exception) -> str:
+    """pandas' `Expected 5 fields in line 7, saw 6` (lines of the file, from 1) as rows."""
+    import re
+
+    text = str(err).strip().splitlines()[-1]
+    match = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
+    if not match:
+        return text
+    return (f"row {match.group(2)} has {match.group(3)} fields, "
+            f"expected {match.group(1)}")
+
+
+class ExcelTable(Table):
+    kind = "excel"
+
+    def __init__(self, path: Path, sheet=None, header_row=None, skip_rows=0):
+        self.path = path
+        book = _excel_file(path)
+        self.sheets = list(book.sheet_names)
+        if sheet is None:
+            sheet = self.sheets[0] if self.sheets else None
+        elif sheet not in self.sheets:
+            raise UsageProblem(f"--sheet {sheet}: {path} has no such sheet; its sheets are "
+                               + ", ".join(repr(s) for s in self.sheets))
+        self.sheet = sheet
+        raw = pd.read_excel(book, sheet_name=sheet, header=None, keep_default_na=False,
+                            na_values=[""])
+        book.close()
+        raw = raw.dropna(how="all")  # blank rows, as CSV's skip_blank_lines
+        if raw.empty:
+            raise PackerError(f"{path}: sheet {sheet!r} is empty")
+        if header_row:
+            if header_row - 1 not in raw.index:
+                raise PackerError(f"{path}: row {header_row} of sheet {sheet!r} is empty or "
+                                  "past its end, so it is not the header; pass --header-row N")
+            index = raw.index.get_loc(header_row - 1)
+        else:
+            index = guess_header(raw.head(SNIFF_ROWS).values.tolist())
+        self.header_row = int(raw.index[index]) + 1
+        self.names = _names(path, raw.iloc[index].tolist(), self.header_row)
+        self.data = raw.iloc[index + 1 + skip_rows:].copy()
+        self.data.columns = self.names
+        self.first_data_row = (int(self.data.index[0]) + 1 if len(self.data)
+                               else self.header_row + 1 + skip_rows)
+        self.rows_in_file = self.data.index.to_numpy() + 1  # blank rows were dropped
+
+    def file_row(self, index: int) -> int:
+        return int(self.rows_in_file[index])
+
+    def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
+        data = self.data if columns is None else self.data[columns]
+        for first in range(0, len(data), rows):
+            yield data.iloc[first:first + rows].reset_index(drop=True).infer_objects()
+
+    def describe(self) -> dict:
+        return {**super().describe(), "sheet": self.sheet, "sheets": self.sheets}
+
+
+def _excel_file(path: Path):
+    try:
+        import python_calamine  # noqa: F401
+
+        engine = "calamine"
+    except ImportError:
+        engine = "xlrd" if path.suffix.lower() == ".xls" else "openpyxl"
+    try:
+        return pd.ExcelFile(path, engine=engine)
+    except Exception as err:  # every engine has its own errors for a damaged file
+        raise PackerError(f"{path}: cannot read it as an Excel workbook: {err}") from None
+
+
+class ParquetTable(Table):
+    kind = "parquet"
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        try:
+            self.file = pq.ParquetFile(path)
+        except Exception as err:  # pyarrow raises ArrowInvalid, OSError, ...
+            raise PackerError(f"{path}: cannot read it as Parquet: {err}") from None
+        self.names = _names(path, self.file.schema_arrow.names, 1)
+        self.header_row, self.first_data_row = None, 1
+        self.rows_total = self.file.metadata.num_rows
+
+    def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
+        for batch in self.file.iter_batches(batch_size=rows, columns=columns):
+            yield batch.to_pandas()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "file"}
+
+
+def open_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
+               encoding=None) -> Table:
+    """The table in `path`, by its suffix."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if path.stat().st_size == 0:
+        raise PackerError(f"{path}: the file is empty")
+    if suffix in (".xlsx", ".xls"):
+        return ExcelTable(path, sheet, header_row, skip_rows or 0)
+    if suffix == ".parquet":
+        if header_row or skip_rows:
+            raise UsageProblem("--header-row and --skip-rows apply to CSV and Excel; a "
+                               "Parquet file names its columns itself")
+        return ParquetTable(path)
+    if sheet:
+        raise UsageProblem(f"--sheet applies to Excel workbooks; {path} is a text table")
+    return CsvTable(path, delimiter, encoding, header_row, skip_rows or 0)
+

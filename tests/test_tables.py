@@ -1,0 +1,197 @@
+"""Tables into all three formats: values equal to pandas reading the same file."""
+
+import json
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from openpyxl import Workbook
+
+import packer
+from conftest import run
+from packer.formats import FORMAT_NAMES
+
+FEATURES = ["f1", "f2", "体重"]
+
+
+def frame(rows: int = 40, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "id": [f"p{i:03d}.x" for i in range(rows)],
+        "f1": rng.normal(size=rows).round(4),
+        "f2": rng.integers(-5, 50, rows),
+        "体重": rng.uniform(40, 90, rows).round(2),
+        "diagnosis": rng.choice(["flu", "cold", "感冒"], rows),
+    })
+
+
+def write(df: pd.DataFrame, path, **kw):
+    suffix = path.suffix
+    if suffix in (".csv", ".txt"):
+        df.to_csv(path, index=False, **kw)
+    elif suffix == ".tsv":
+        df.to_csv(path, index=False, sep="\t", **kw)
+    elif suffix == ".parquet":
+        df.to_parquet(path, index=False)
+    elif suffix == ".xlsx":  # title lines above the header, and a second sheet
+        book = Workbook()
+        sheet = book.active
+        sheet.title = "Data"
+        sheet.append(["Quarterly export", None, None])
+        sheet.append(["generated 2024-05-01"])
+        sheet.append(list(df.columns))
+        for row in df.itertuples(index=False):
+            sheet.append([v.item() if hasattr(v, "item") else v for v in row])
+        other = book.create_sheet("Other")
+        other.append(["a", "b", "label"])
+        for i in range(7):
+            other.append([i, i * 2.5, "yes" if i % 2 else "no"])
+        book.save(path)
+    return path
+
+
+def read_back(path) -> list[dict]:
+    ds = packer.open_dataset(path, shuffle=False, decode="raw")
+    return [{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in s.items()} for s in ds]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".xlsx", ".parquet"])
+def test_round_trip_into_every_format(tmp_path, suffix):
+    df = frame()
+    source = write(df, tmp_path / f"t{suffix}")
+    expected = pd.read_excel(source, header=2, engine="openpyxl") if suffix == ".xlsx" else (
+        pd.read_parquet(source) if suffix == ".parquet" else
+        pd.read_csv(source, sep="\t" if suffix == ".tsv" else ","))
+    values = expected[FEATURES].to_numpy(np.float32)
+    classes = sorted(set(expected["diagnosis"]))
+    seen = {}
+    for fmt in FORMAT_NAMES:
+        out = tmp_path / f"out-{fmt}"
+        run("pack", source, "--to", fmt, "--label-column", "diagnosis", "-o", out, "-q")
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["classes"] == classes
+        assert manifest["table"]["features"] == FEATURES  # unicode names kept exactly
+        assert manifest["table"]["left_out"] == {"id": "text; pass --categorical to include it"}
+        samples = read_back(out)
+        np.testing.assert_array_equal(np.stack([s["npy"] for s in samples]), values)
+        assert [classes[s["cls"]] for s in samples] == list(expected["diagnosis"])
+        assert [s["__key__"] for s in samples] == [f"{i:010d}" for i in range(len(df))]
+        stats = manifest["table"]["stats"]["f1"]
+        assert stats["mean"] == pytest.approx(values[:, 0].astype(float).mean(), rel=1e-6)
+        assert stats["std"] == pytest.approx(values[:, 0].astype(float).std(), rel=1e-5)
+        assert stats["min"] == pytest.approx(values[:, 0].min())
+        run("verify", out, "-q")
+        seen[fmt] = samples
+    with h5py.File(tmp_path / "out-hdf5" / "data.h5") as f:
+        assert f["features"].shape == (len(df), 3) and f["features"].dtype == np.float32
+        assert f["features"].chunks is not None
+        np.testing.assert_array_equal(f["labels"][:], [classes.index(c)
+                                                      for c in expected["diagnosis"]])
+        assert json.loads(f.attrs["packer_manifest"])["table"]["features"] == FEATURES
+
+
+def test_xlsx_second_sheet_and_header_row(tmp_path):
+    source = write(frame(), tmp_path / "t.xlsx")
+    out = tmp_path / "other.h5"
+    run("pack", source, "--sheet", "Other", "--to", "hdf5", "--label-column", "label",
+        "-o", out, "-q")
+    samples = read_back(out)
+    assert [s["npy"].tolist() for s in samples] == [[i, i * 2.5] for i in range(7)]
+    assert packer.open_dataset(out).classes == ["no", "yes"]
+    explicit = tmp_path / "explicit.h5"
+    run("pack", source, "--header-row", "3", "--to", "hdf5", "--label-column", "diagnosis",
+        "-o", explicit, "-q")
+    assert len(read_back(explicit)) == 40
+
+
+def test_key_column_keys_are_stable_in_every_format(tmp_path):
+    df = frame(30)
+    source = write(df, tmp_path / "t.csv")
+    for fmt in FORMAT_NAMES:
+        out = tmp_path / f"k-{fmt}"
+        run("pack", source, "--to", fmt, "--key-column", "id", "--label-column", "diagnosis",
+            "-o", out, "-q")
+        keys = [s["__key__"] for s in read_back(out)]
+        assert keys == [i.replace(".", "%2E") for i in df["id"]]
+    with h5py.File(tmp_path / "k-hdf5" / "data.h5") as f:
+        assert f["keys"][0].decode() == "p000%2Ex"
+
+
+def test_gbk_csv_with_chinese_names_and_labels(tmp_path):
+    df = pd.DataFrame({"年龄": [31, 45, 27, 60], "血压": [120.5, 130.0, 110.25, 150.0],
+                       "诊断": ["高血压", "正常", "正常", "高血压"]})
+    source = tmp_path / "病人.csv"
+    source.write_bytes(df.to_csv(index=False).encode("gbk"))
+    out = tmp_path / "gbk.lmdb"
+    result = run("pack", source, "--to", "lmdb", "--label-column", "诊断", "-o", out)
+    assert "features: 2 columns: 年龄, 血压" in result.output
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["source"]["encoding"] == "gb18030"
+    assert manifest["classes"] == ["正常", "高血压"]
+    samples = read_back(out)
+    np.testing.assert_array_equal(np.stack([s["npy"] for s in samples]),
+                                  df[["年龄", "血压"]].to_numpy(np.float32))
+    report = json.loads(run("inspect-table", source, "--json").output)
+    assert report["names"] == ["年龄", "血压", "诊断"]
+    assert [c["type"] for c in report["columns"]] == ["integer", "number", "text"]
+
+
+def test_utf8_bom_semicolons_and_globs(tmp_path):
+    source = tmp_path / "bom.csv"
+    source.write_bytes(b"\xef\xbb\xbff_a;f_b;g;y\n1;2;3;0\n4;5;6;1\n")
+    out = tmp_path / "bom-wds"
+    run("pack", source, "--to", "webdataset", "--label-column", "y", "--feature-columns",
+        "f_*", "-o", out, "-q")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"]["delimiter"] == ";" and manifest["source"]["encoding"] == "utf-8-sig"
+    assert manifest["table"]["features"] == ["f_a", "f_b"]
+    assert [s["npy"].tolist() for s in read_back(out)] == [[1, 2], [4, 5]]
+    assert manifest["classes"] == ["0", "1"]
+
+
+def test_na_policies_categorical_dates_and_regression(tmp_path):
+    source = tmp_path / "na.csv"
+    source.write_text("size,colour,day,price\n1,red,2024-01-01,1.5\nn/a,blue,2024-01-02,2.5\n"
+                      ",red,2024-01-03,3.5\n4,green,2024-01-04,4.5\n")
+    common = ["--label-column", "price", "--task", "regress", "--categorical", "colour",
+              "--date-columns", "day", "--to", "hdf5", "-q"]
+    run("pack", source, *common, "--na", "drop", "-o", tmp_path / "drop.h5")
+    drop = json.loads((tmp_path / "drop.h5" / "manifest.json").read_text())
+    assert drop["count"] == 2 and drop["table"]["na"] == {"policy": "drop", "rows": 2,
+                                                           "cells": {"size": 2}}
+    assert drop["table"]["categorical"] == {"colour": ["blue", "green", "red"]}
+    samples = read_back(tmp_path / "drop.h5")
+    assert [s["__key__"] for s in samples] == ["0000000000", "0000000003"]
+    assert samples[0]["npy"].tolist() == [1, 2, 1704067200]
+    assert [float(s["target.npy"]) for s in samples] == [1.5, 4.5]
+    run("pack", source, *common, "--na", "mean", "-o", tmp_path / "mean.h5")
+    mean = read_back(tmp_path / "mean.h5")
+    assert [s["npy"][0] for s in mean] == [1, 2.5, 2.5, 4]
+    stats = json.loads((tmp_path / "mean.h5" / "manifest.json").read_text())["table"]["stats"]
+    assert stats["size"]["mean"] == pytest.approx(2.5)
+    assert stats["size"]["std"] == pytest.approx(np.std([1, 2.5, 2.5, 4]))
+    assert stats["colour"]["mean"] == pytest.approx(np.mean([2, 0, 2, 1]))
+    run("pack", source, *common, "--na", "zero", "-o", tmp_path / "zero.h5")
+    assert [s["npy"][0] for s in read_back(tmp_path / "zero.h5")] == [1, 0, 0, 4]
+
+
+def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
+    import packer.sources.tables as tables
+
+    monkeypatch.setattr(tables, "CHUNK_CELLS", 64)  # many chunks and many HDF5 blocks
+    monkeypatch.setattr(tables, "BLOCK_BYTES", 200)
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame({"x": rng.normal(size=500).round(3), "cat": rng.choice(list("zyx"), 500),
+                       "a": rng.integers(0, 2, 500), "b": rng.integers(0, 2, 500)})
+    source = write(df, tmp_path / "multi.csv")
+    run("pack", source, "--label-column", "a,b", "--categorical", "cat", "--to", "hdf5",
+        "-o", tmp_path / "m.h5", "-q")
+    manifest = json.loads((tmp_path / "m.h5" / "manifest.json").read_text())
+    assert len(manifest["parts"]) > 10 and manifest["classes"] is None
+    samples = read_back(tmp_path / "m.h5")
+    np.testing.assert_array_equal(np.stack([s["target.npy"] for s in samples]),
+                                  df[["a", "b"]].to_numpy(np.float32))
+    ids = {"x": 0, "y": 1, "z": 2}
+    np.testing.assert_array_equal([s["npy"][1] for s in samples], df["cat"].map(ids))
+    run("verify", tmp_path / "m.h5", "-q")

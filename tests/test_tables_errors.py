@@ -1,0 +1,104 @@
+"""Every bad table gets one clear message, a non-zero exit, and leaves no output."""
+
+import pytest
+from openpyxl import Workbook
+
+from conftest import run
+
+
+def pack_fails(source, out, *options, expect=1) -> str:
+    output = run("pack", source, "--to", "hdf5", "-o", out, "-q", *options,
+                 expect=expect).output
+    assert "Traceback" not in output and output.startswith("Error: ")
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+    return output
+
+
+def text(tmp_path, name: str, content: str):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+def test_empty_file(tmp_path):
+    source = text(tmp_path, "empty.csv", "")
+    assert "empty.csv: the file is empty" in pack_fails(source, tmp_path / "o")
+
+
+def test_header_only(tmp_path):
+    source = text(tmp_path, "head.csv", "a,b,y\n")
+    assert "the header (row 1) is followed by no data rows" in pack_fails(source, tmp_path / "o")
+
+
+def test_ragged_rows(tmp_path):
+    source = text(tmp_path, "rag.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,7,8\n")
+    message = pack_fails(source, tmp_path / "o", "--label-column", "y")
+    assert "rag.csv: ragged rows: row 4 has 4 fields, expected 3" in message
+
+
+def test_short_row_is_an_empty_cell(tmp_path):
+    source = text(tmp_path, "short.csv", "a,b,y\n1,2,0\n3\n")
+    message = pack_fails(source, tmp_path / "o")
+    assert "column 'b', row 3: ''" in message
+
+
+def test_missing_label_column(tmp_path):
+    source = text(tmp_path, "t.csv", "a,b,y\n1,2,0\n")
+    message = pack_fails(source, tmp_path / "o", "--label-column", "diagnosis", expect=2)
+    assert ("--label-column diagnosis: " in message and "has no column named 'diagnosis'; its "
+            "columns are 'a', 'b', 'y'" in message)
+
+
+def test_missing_sheet(tmp_path):
+    book = Workbook()
+    book.active.title = "Data"
+    book.active.append(["a", "y"])
+    book.active.append([1, 0])
+    book.create_sheet("Other")
+    book.save(tmp_path / "book.xlsx")
+    message = pack_fails(tmp_path / "book.xlsx", tmp_path / "o", "--sheet", "Summary", expect=2)
+    assert "--sheet Summary: " in message and "its sheets are 'Data', 'Other'" in message
+
+
+def test_duplicate_column_names(tmp_path):
+    source = text(tmp_path, "dup.csv", "a,b,a\n1,2,3\n")
+    message = pack_fails(source, tmp_path / "o")
+    assert "the header (row 1) names column 'a' twice (columns 1 and 3)" in message
+
+
+def test_text_in_a_feature_column_names_column_row_and_value(tmp_path):
+    rows = "".join(f"{i},{i * 2},0\n" for i in range(1230))
+    source = text(tmp_path, "size.csv", "size,w,y\n" + rows + "n/a,5,1\n")
+    message = pack_fails(source, tmp_path / "o", "--label-column", "y")
+    assert "size.csv: column 'size', row 1232: 'n/a': not a number; pass --na drop" in message
+
+
+def test_text_labels_for_regression_and_fractional_class_labels(tmp_path):
+    source = text(tmp_path, "r.csv", "a,y\n1,0.5\n2,high\n")
+    message = pack_fails(source, tmp_path / "o", "--label-column", "y", "--task", "regress")
+    assert "label column 'y', row 3: 'high'" in message
+    fractional = text(tmp_path, "f.csv", "a,y\n1,0.5\n2,1.25\n")
+    message = pack_fails(fractional, tmp_path / "o", "--label-column", "y", expect=2)
+    assert "pass --task regress" in message
+
+
+def test_duplicate_keys(tmp_path):
+    source = text(tmp_path, "k.csv", "id,a\nx,1\ny,2\nx,3\n")
+    message = pack_fails(source, tmp_path / "o", "--key-column", "id")
+    assert "key column 'id' repeats the key 'x' (data rows 1 and 3)" in message
+
+
+def test_bad_encoding_override_and_not_a_table(tmp_path):
+    source = tmp_path / "g.csv"
+    source.write_bytes("名,值\n甲,1\n".encode("gbk"))
+    message = pack_fails(source, tmp_path / "o", "--encoding", "utf-8")
+    assert "not valid utf-8 text" in message and "pass --encoding" in message
+    other = text(tmp_path, "notes.md", "hello")
+    assert "a table must end in .csv" in pack_fails(other, tmp_path / "o", expect=2)
+
+
+@pytest.mark.parametrize("name", ["empty.csv", "head.csv"])
+def test_inspect_table_errors_too(tmp_path, name):
+    source = text(tmp_path, name, "" if name == "empty.csv" else "a,b\n")
+    output = run("inspect-table", source, expect=1 if name == "empty.csv" else 0).output
+    assert "Traceback" not in output
