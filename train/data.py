@@ -44,11 +44,11 @@ def describe(config: TrainConfig) -> DataInfo:
     manifest = packer.load_manifest(config.data)
     fields = manifest["fields"]
     images = [n for n in fields if n.lower() in IMAGE_FIELDS]
-    arrays = _array_fields(fields)
-    label = "cls" if "cls" in fields else "target" if "target" in fields else None
+    label = next((n for n in ("cls", "target", "target.npy") if n in fields), None)
+    arrays = [n for n in _array_fields(fields) if n != label]
     task = config.task
     if task == "auto":
-        task = "regress" if label == "target" else "classify"
+        task = "classify" if label == "cls" else "regress"
     if label is None:
         raise PackerError(f"{config.data}: the samples have no labels (no cls or target "
                           f"field), so there is nothing to {task}")
@@ -70,7 +70,16 @@ def describe(config: TrainConfig) -> DataInfo:
         raise PackerError(f"{config.data}: no image or array field to train on "
                           f"(fields: {', '.join(fields)})")
     return DataInfo(kind, inputs, label, task, classes, manifest.get("class_counts"), shape,
-                    manifest.get("stats"))
+                    _feature_stats(manifest))
+
+
+def _feature_stats(manifest: dict) -> dict | None:
+    """Per-feature mean and std in feature order, from a packed table's manifest."""
+    table = manifest.get("table") or {}
+    if not table.get("stats"):
+        return None
+    stats = [table["stats"][name] for name in table["features"]]
+    return {"mean": [s["mean"] for s in stats], "std": [s["std"] or 1.0 for s in stats]}
 
 
 def _describe_loose(config: TrainConfig) -> DataInfo:
