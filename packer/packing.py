@@ -135,7 +135,8 @@ def _plan(source, options: PackOptions) -> dict:
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
             "implicit_keys": hasattr(source, "blocks") and options.to == "hdf5",
-            "key_dataset": getattr(source, "key_dataset", "__key__")}
+            "key_dataset": getattr(source, "key_dataset", "__key__"),
+            "attrs": getattr(source, "hdf5_attrs", {})}
 
 
 def _start(out: Path, plan: dict, options: PackOptions):

@@ -149,3 +149,14 @@ def test_verify_finds_a_changed_value_in_hdf5_columns(tmp_path):
     with h5py.File(out / "data.h5", "r+") as file:
         file["gyro.npy"][3, 1] += 1.0
     assert "differ from the checksum" in run("verify", out, "-q", expect=1).output
+
+
+def test_hdf5_from_blocks_keys_samples_by_index(tmp_path):
+    import h5py
+
+    write_imu(tmp_path / "imu.bin", 12, "little")
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "h", "-q")
+    with h5py.File(tmp_path / "h" / "data.h5") as file:
+        assert file["__key__"][:].tolist() == list(range(12))
+    assert [s["__key__"] for s in iter_samples(tmp_path / "h")][:2] == ["0000000000",
+                                                                      "0000000001"]

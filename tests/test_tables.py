@@ -195,3 +195,13 @@ def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
     ids = {"x": 0, "y": 1, "z": 2}
     np.testing.assert_array_equal([s["npy"][1] for s in samples], df["cat"].map(ids))
     run("verify", tmp_path / "m.h5", "-q")
+
+
+def test_hdf5_table_is_columnar_with_keys_and_feature_names(tmp_path):
+    (tmp_path / "t.csv").write_text("a,b,y\n1,2,x\n3,4,z\n5,6,x\n")
+    run("pack", tmp_path / "t.csv", "--to", "hdf5", "--label-column", "y", "-o",
+        tmp_path / "t.h5", "-q")
+    with h5py.File(tmp_path / "t.h5" / "data.h5") as file:
+        assert file["features"][:].tolist() == [[1, 2], [3, 4], [5, 6]]
+        assert file["labels"][:].tolist() == [0, 1, 0] and file["keys"].shape == (3,)
+        assert list(file.attrs["feature_names"]) == ["a", "b"]

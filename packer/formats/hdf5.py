@@ -89,8 +89,9 @@ class Hdf5Writer(Writer):
         path = folder / FILE_NAME
         self.file = h5py.File(path, "a" if path.exists() else "w")
         self.fields = dict(plan["fields"])
-        # Samples from column blocks have keys that are their index: no key dataset.
-        self.columns = ([] if plan.get("implicit_keys") else [KEY]) + list(self.fields)
+        # Samples from column blocks have their index as key: stored as int64, not text.
+        self.implicit_keys = bool(plan.get("implicit_keys"))
+        self.columns = [KEY, *self.fields]
         self.names = dataset_names(plan)
         self._buffer: list[dict] = []
         if self.names[self.columns[0]] not in self.file:
@@ -100,13 +101,15 @@ class Hdf5Writer(Writer):
         return self.file[self.names[name]]
 
     def _create(self) -> None:
-        specs = {KEY: {"dtype": "str"}, **self.fields}
+        specs = {KEY: {"dtype": "int64" if self.implicit_keys else "str"}, **self.fields}
         for name in self.columns:
             dtype, shape = _layout(specs[name])
             self.file.create_dataset(self.names[name], shape=(0, *shape), maxshape=(None, *shape),
                                      chunks=(_chunk_rows(specs[name], dtype, shape), *shape),
                                      dtype=dtype, track_times=False)
         self.file.attrs["classes"] = self.plan.get("classes") or []
+        for name, value in (self.plan.get("attrs") or {}).items():  # e.g. feature names
+            self.file.attrs[name] = value
 
     def _store(self, encoded) -> None:
         self._buffer.append(msgpack.unpackb(encoded))
@@ -140,7 +143,8 @@ class Hdf5Writer(Writer):
         one part; returns its size."""
         rows = len(next(iter(columns.values())))
         start = self._dataset(self.columns[0]).shape[0]
-        for name, values in columns.items():
+        keys = np.arange(self.count, self.count + rows, dtype=np.int64)
+        for name, values in {KEY: keys, **columns}.items():
             dataset = self._dataset(name)
             dataset.resize(start + rows, axis=0)
             dataset.write_direct(np.ascontiguousarray(values, dataset.dtype),
@@ -187,8 +191,9 @@ class Reader:
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self._open(), self.firsts[part] + start
-        keys = (file[self.names[KEY]][first:first + count] if self.names[KEY] in file else
-                [b"%010d" % i for i in range(first, first + count)])
+        keys = file[self.names[KEY]][first:first + count]
+        if keys.dtype.kind in "iu":  # samples keyed by their index
+            keys = [b"%010d" % i for i in keys.tolist()]
         columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
                    for name, spec in self.fields.items()]
         samples = []

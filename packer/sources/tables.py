@@ -58,6 +58,11 @@ class TableSource:
     kind = "table"
     key_dataset = "keys"
 
+    @property
+    def hdf5_attrs(self) -> dict:
+        """Attributes of the HDF5 file: the feature columns' names, in order."""
+        return {"feature_names": list(self.features)}
+
     def __init__(self, path: Path, options):
         self.path = Path(path)
         self.na = options.na or "fail"
