@@ -127,3 +127,18 @@ def test_regression_from_a_packed_table(tmp_path):
           "0", "--lr", "3e-3", "--batch-size", "32")
     best = json.loads((tmp_path / "run" / "summary.json").read_text())["best"]["val"]
     assert best["rmse"] < 0.3  # the noise is 0.1; the target's spread is about 2.5
+
+
+def test_multilabel_from_a_table_with_two_label_columns(tmp_path):
+    rng = np.random.default_rng(2)
+    features = rng.normal(size=(300, 4))
+    first, second = features[:, 0] > 0, features[:, 1] + features[:, 2] > 0
+    rows = ["a,b,c,d,l1,l2"] + [",".join([*(f"{v:.5f}" for v in x), str(int(p)), str(int(q))])
+                                for x, p, q in zip(features, first, second, strict=True)]
+    (tmp_path / "ml.csv").write_text("\n".join(rows) + "\n")
+    packer_run("pack", tmp_path / "ml.csv", "--to", "hdf5", "--label-column", "l1,l2", "-o",
+               tmp_path / "ml.h5", "-q")
+    train("fit", tmp_path / "ml.h5", "--out", tmp_path / "run", "--epochs", "12", "--workers",
+          "0", "--lr", "3e-3", "--batch-size", "32", "--val-split", "0.2")
+    best = json.loads((tmp_path / "run" / "summary.json").read_text())["best"]["val"]
+    assert best["accuracy"] > 0.85  # the share of labels right

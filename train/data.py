@@ -27,10 +27,11 @@ class DataInfo:
     input_shape: tuple  # of one sample: (3, H, W), (F,) or (C, T)
     stats: dict | None  # per-feature mean and std for vectors, from the manifest
     files: list | None = None  # a loose image folder: (path, class id) per image
+    targets: int = 1  # regression: values per sample
 
     @property
     def num_outputs(self) -> int:
-        return len(self.classes) if self.task in ("classify", "multilabel") else 1
+        return len(self.classes) if self.task in ("classify", "multilabel") else self.targets
 
 
 def _array_fields(fields: dict) -> list[str]:
@@ -46,13 +47,16 @@ def describe(config: TrainConfig) -> DataInfo:
     images = [n for n in fields if n.lower() in IMAGE_FIELDS]
     label = next((n for n in ("cls", "target", "target.npy") if n in fields), None)
     arrays = [n for n in _array_fields(fields) if n != label]
-    task = config.task
-    if task == "auto":
-        task = "classify" if label == "cls" else "regress"
     if label is None:
         raise PackerError(f"{config.data}: the samples have no labels (no cls or target "
-                          f"field), so there is nothing to {task}")
-    classes = manifest.get("classes")
+                          "field), so there is nothing to learn")
+    width = (fields[label].get("shape") or [1])[0] if label != "cls" else 1
+    table = manifest.get("table") or {}
+    several = label != "cls" and width > 1 and manifest["source"].get("task") == "classify"
+    task = config.task
+    if task == "auto":
+        task = "classify" if label == "cls" else "multilabel" if several else "regress"
+    classes = table.get("label_columns") if task == "multilabel" else manifest.get("classes")
     if task in ("classify", "multilabel") and not classes:
         raise PackerError(f"{config.data}: no class names in the manifest for --task {task}")
     if config.num_classes is not None and classes and config.num_classes != len(classes):
@@ -70,7 +74,7 @@ def describe(config: TrainConfig) -> DataInfo:
         raise PackerError(f"{config.data}: no image or array field to train on "
                           f"(fields: {', '.join(fields)})")
     return DataInfo(kind, inputs, label, task, classes, manifest.get("class_counts"), shape,
-                    _feature_stats(manifest))
+                    _feature_stats(manifest), targets=width)
 
 
 def _feature_stats(manifest: dict) -> dict | None:
