@@ -38,6 +38,7 @@ from packer.tables.convert import (
     to_numbers,
     to_seconds,
 )
+from packer.tables.keys import check_unique_keys
 from packer.tables.readers import open_table
 from packer.tables.stats import RunningStats
 
@@ -154,7 +155,7 @@ class TableSource:
         self._finish_stats(stats, cat_counts)
         if self.cols.key:
             np.asarray(key_offsets, np.int64).tofile(self.spool / "key_offsets")
-            self._check_unique(np.concatenate(key_hashes))
+            check_unique_keys(self.path, self.cols.key, self.spool, np.concatenate(key_hashes))
         rows = np.fromfile(self.spool / "rows", np.int64, count=1, offset=(self.count - 1) * 8)
         self.implicit_keys = not self.cols.key and int(rows[0]) == self.count - 1
 
@@ -256,24 +257,6 @@ class TableSource:
             series = series.astype(np.int64)
         return np.array([encode_key(str(v)) for v in series], dtype=object)
 
-    def _check_unique(self, hashes: np.ndarray) -> None:
-        order = np.argsort(hashes, kind="stable")
-        same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
-        if not len(same):
-            return
-        first, second = sorted((int(order[same[0]]), int(order[same[0] + 1])))
-        rows = np.fromfile(self.spool / "rows", np.int64)
-        raise PackerError(f"{self.path}: key column {self.cols.key!r} repeats the key "
-                          f"{self._key_at(first)!r} (data rows {rows[first] + 1:,} and "
-                          f"{rows[second] + 1:,}); keys must be unique: choose another "
-                          "--key-column, or leave it out to key rows by their number")
-
-    def _key_at(self, index: int) -> str:
-        ends = np.fromfile(self.spool / "key_offsets", np.int64, count=2, offset=index * 8)
-        with open(self.spool / "keys", "rb") as file:
-            file.seek(int(ends[0]))
-            return file.read(int(ends[1] - ends[0])).decode()
-
     def _finish_labels(self, names: Categories) -> None:
         self.classes = names.names() if self.classify else None
         self.class_remap = names.remap() if self.classify else None
@@ -294,15 +277,7 @@ class TableSource:
             j = self.features.index(name)
             remap = names.remap()
             self.cat_remap[j] = remap.astype(np.float32)
-            counts = np.zeros(len(remap))
-            counts[remap] = cat_counts[name][:len(remap)] if len(cat_counts[name]) else 0
-            total = counts.sum()
-            ids = np.arange(len(remap), dtype=np.float64)
-            mean = (counts * ids).sum() / max(total, 1)
-            stats.count[j], stats.mean[j] = int(total), mean
-            stats.m2[j] = (counts * (ids - mean) ** 2).sum()
-            used = np.flatnonzero(counts)
-            stats.min[j], stats.max[j] = (used[0], used[-1]) if len(used) else (np.inf, -np.inf)
+            stats.set_categorical(j, remap, cat_counts[name])
         self.fill = None
         if self.na in ("zero", "mean") and self.na_cells.any():
             self.fill = (np.zeros(len(self.features)) if self.na == "zero"

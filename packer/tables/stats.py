@@ -12,6 +12,20 @@ class RunningStats:
         self.min = np.full(columns, np.inf)
         self.max = np.full(columns, -np.inf)
 
+    def set_categorical(self, column: int, remap: np.ndarray, counts: np.ndarray) -> None:
+        """Stats of a categorical column from how often each category occurred (its
+        values are category ids after `remap`)."""
+        by_id = np.zeros(len(remap))
+        by_id[remap] = counts[:len(remap)] if len(counts) else 0
+        total = by_id.sum()
+        ids = np.arange(len(remap), dtype=np.float64)
+        mean = (by_id * ids).sum() / max(total, 1)
+        self.count[column], self.mean[column] = int(total), mean
+        self.m2[column] = (by_id * (ids - mean) ** 2).sum()
+        used = np.flatnonzero(by_id)
+        self.min[column], self.max[column] = ((used[0], used[-1]) if len(used)
+                                              else (np.inf, -np.inf))
+
     def add(self, block: np.ndarray) -> None:
         """Add a (rows, columns) block; NaN cells are left out."""
         if not len(block):
