@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import torch
 
-from packer.decode import decode_image, image_tensor
+from packer.checks import check_file
+from packer.decode import IMAGE_FIELDS, decode_image, image_tensor
 from packer.errors import UsageProblem
 from packer.loader import open_dataset
 from packer.manifest import MANIFEST_NAME, load_manifest
@@ -40,22 +41,35 @@ class BenchOptions:
     image_size: int = 64
 
 
-class LooseImages(torch.utils.data.Dataset):
-    """The baseline: one file opened, read and decoded per sample."""
+def loose_images(folder: Path) -> list[tuple[str, int]]:
+    """(path, class id) of each image of a folder, as packing would take them: the
+    first file of each sample, leaving out what the cheap check would skip."""
+    kept = []
+    for sample in scan_folder(folder).samples():
+        field, name = sample.files[0]
+        path = str(folder / name)
+        if field.lower() in IMAGE_FIELDS and check_file(field, read_file(path), "header") is None:
+            kept.append((path, sample.label or 0))
+    return kept
 
-    def __init__(self, files: list[tuple[str, int]], decode: bool, image_size: int):
+
+class LooseImages(torch.utils.data.Dataset):
+    """The baseline: one file opened, read and (unless `decode` is off) decoded per
+    sample, as people write it by hand; samples look like the loader's."""
+
+    def __init__(self, files: list[tuple[str, int]], image_size: int, decode: bool = True):
         self.files, self.decode, self.size = files, decode, (image_size, image_size)
 
     def __len__(self) -> int:
         return len(self.files)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> dict:
         path, label = self.files[index]
         with open(path, "rb") as file:
             data = file.read()
-        if not self.decode:
-            return data, label
-        return image_tensor(decode_image(data, self.size)), label
+        if self.decode:
+            data = image_tensor(decode_image(data, self.size, Path(path).suffix[1:].lower()))
+        return {"__key__": path, "jpg": data, "cls": label}
 
 
 @dataclass
@@ -69,15 +83,15 @@ class Reader:
 
     def dataset(self, options: BenchOptions):
         if self.kind == "loose":
-            return LooseImages(list(zip(self.files, self.labels, strict=True)), options.decode,
-                               options.image_size)
+            return LooseImages(list(zip(self.files, self.labels, strict=True)),
+                               options.image_size, options.decode)
         return open_dataset(self.name, shuffle=True, decode="rgb8" if options.decode else "raw",
                             image_size=options.image_size)
 
 
-def describe(path: str, exclude: set[str] = frozenset()) -> Reader:
-    """A reader of `path`; a loose folder leaves out `exclude`, the inputs that the
-    packed datasets skipped, so that every reader reads the same samples."""
+def describe(path: str) -> Reader:
+    """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
+    left out, as packing leaves them out, so that every reader reads the same samples)."""
     folder = Path(path)
     if not folder.is_dir():
         raise UsageProblem(f"{path}: not a folder or a packed dataset")
@@ -88,9 +102,8 @@ def describe(path: str, exclude: set[str] = frozenset()) -> Reader:
         data = sum(f["bytes"] for f in manifest["fields"].values())
         return Reader(path, manifest["format"], [str(folder / n) for n in names],
                       manifest["count"], data)
-    kept = [(s.files[0][1], s.label or 0) for s in scan_folder(folder).samples()
-            if s.files[0][1] not in exclude]
-    files = [str(folder / name) for name, _ in kept]
+    kept = loose_images(folder)
+    files = [name for name, _ in kept]
     return Reader(path, "loose", files, len(files), sum(Path(f).stat().st_size for f in files),
                   [label for _, label in kept])
 
@@ -243,9 +256,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
     """Measure every reader at every worker count; returns the figures as a dict."""
     if any(w < 0 for w in options.workers):
         raise UsageProblem("--workers: worker counts must be 0 or more")
-    packed = [p for p in paths if (Path(p) / MANIFEST_NAME).is_file()]
-    skipped = {e["path"] for p in packed for e in load_manifest(Path(p))["skipped"]}
-    readers = [describe(p, skipped) for p in paths]
+    readers = [describe(p) for p in paths]
     caches = ["warm", "cold"] if options.cold else ["warm"]
     runs: dict[tuple[str, str, int], list] = {}
     for repeat in range(options.repeat):

@@ -57,16 +57,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 import packer
+from packer.bench import drop_cache, loose_images
 
 FORMATS = {"wds": "webdataset", "lmdb": "lmdb", "hdf5": "hdf5"}
 _BLOBS: list[bytes] = []  # the images in memory, for the decode limit (inherited by fork)
-
-
-def image_files(folder: Path) -> list[tuple[str, int]]:
-    """(path, class id) of every file, classes from the top folders in sorted order."""
-    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    return [(str(path), label) for label, name in enumerate(classes)
-            for path in sorted((folder / name).rglob("*")) if path.is_file()]
 
 
 def pack(data: Path, out: Path, to: str, shard_size: str) -> None:
@@ -141,16 +135,6 @@ def epoch(make_loader) -> tuple[float, int, float]:
     return time.perf_counter() - began[0], count, other_load(began)
 
 
-def drop(paths: list[str]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def resident(paths: list[str]) -> int | None:
     """Bytes of `paths` in the page cache (fincore), or None without fincore."""
     total = 0
@@ -168,7 +152,7 @@ def cold_check(paths: list[str]) -> dict:
     """Drop, then: bytes still resident, and the time to read a probe cold and warm."""
     probe = paths[:500] if len(paths) > 100 else paths[:1]  # loose files: 500, packed: 1
     size = sum(os.path.getsize(p) for p in probe)
-    drop(paths)
+    drop_cache(paths)
     left = resident(paths)
     times = []
     for _ in range(2):
@@ -177,7 +161,7 @@ def cold_check(paths: list[str]) -> dict:
             with open(path, "rb") as file:
                 file.read()
         times.append(time.perf_counter() - began)
-    drop(probe)
+    drop_cache(probe)
     return {"resident_after_drop": left, "probe_files": len(probe), "probe_bytes": size,
             "cold_s": times[0], "warm_s": times[1], "cold_over_warm": times[0] / times[1]}
 
@@ -256,7 +240,7 @@ def tree_peak_rss(command: list[str]) -> tuple[int, float]:
 
 
 def hardlink_x10(data: Path, target: Path) -> None:
-    for path, _ in image_files(data):
+    for path, _ in loose_images(data):
         rel = Path(path).relative_to(data)
         for k in range(10):
             dst = target / rel.parts[0] / f"r{k:02d}" / Path(*rel.parts[1:])
@@ -290,7 +274,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     size, bs, nw = args.image_size, args.batch_size, args.workers
-    items = image_files(args.data)
+    items = loose_images(args.data)
     loose = [path for path, _ in items]
     print("packed data:")
     for name, to in FORMATS.items():

@@ -6,11 +6,11 @@ from pathlib import Path
 import torch
 
 import packer
-from packer.checks import check_file
-from packer.decode import IMAGE_FIELDS, decode_image, image_tensor
+from packer.bench import LooseImages, loose_images
+from packer.decode import IMAGE_FIELDS
 from packer.errors import PackerError
 from packer.manifest import MANIFEST_NAME
-from packer.sources.files import read_file, scan_folder
+from packer.sources.files import scan_folder
 from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
@@ -92,29 +92,10 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
     if scan.label_source != "folders":
         raise PackerError(f"{config.data}: not a packed dataset, nor an image folder with one "
                           "sub-folder per class")
-    files = [(str(Path(config.data) / s.files[0][1]), s.label) for s in scan.samples()
-             if s.files[0][0].lower() in IMAGE_FIELDS]
-    files = [(path, label) for path, label in files  # what packing would skip, skipped here
-             if check_file(Path(path).suffix[1:], read_file(path), "header") is None]
+    files = loose_images(Path(config.data))
     counts = [sum(1 for _, label in files if label == i) for i in range(len(scan.classes))]
     return DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
                     (3, config.image_size, config.image_size), None, files)
-
-
-class LooseImages(torch.utils.data.Dataset):
-    """One file opened and decoded per sample, as people write it by hand."""
-
-    def __init__(self, files: list, image_size: int):
-        self.files, self.size = files, (image_size, image_size)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, index: int) -> dict:
-        path, label = self.files[index]
-        with open(path, "rb") as file:
-            image = decode_image(file.read(), self.size, Path(path).suffix[1:].lower())
-        return {"__key__": path, "jpg": image_tensor(image), "cls": label}
 
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):
