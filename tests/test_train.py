@@ -2,6 +2,7 @@
 
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -66,11 +67,14 @@ def test_resume_gives_the_same_weights(colours, tmp_path):
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
-@pytest.mark.parametrize("amp", ["off", "bf16"])
+@pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
 def test_amp_paths_on_the_cpu(colours, tmp_path, amp):
     train("fit", colours / "wds", "--out", tmp_path / amp, "--epochs", "1", "--amp", amp,
           *COMMON)
-    assert json.loads((tmp_path / amp / "summary.json").read_text())["epochs_run"] == 1
+    summary = json.loads((tmp_path / amp / "summary.json").read_text())
+    assert summary["epochs_run"] == 1 and math.isfinite(summary["best"]["train"]["loss"])
+    scaler = torch.load(tmp_path / amp / "last.pt", weights_only=True)["scaler"]
+    assert (scaler is not None) == (amp == "fp16")  # fp16 steps through a gradient scaler
 
 
 def test_bad_inputs_fail_before_training(colours, tmp_path):
@@ -78,10 +82,30 @@ def test_bad_inputs_fail_before_training(colours, tmp_path):
         "fit", colours / "wds", "--out", tmp_path / "x", "--model", "mlp", expect=1)
     assert "--num-classes 5, but" in train(
         "fit", colours / "wds", "--out", tmp_path / "x", "--num-classes", "5", expect=1)
+    assert "--freeze-backbone needs --weights" in train(
+        "fit", colours / "wds", "--out", tmp_path / "x", "--freeze-backbone", expect=1)
     unlabelled = tmp_path / "unlabelled"
     packer_run("pack", colours / "images", "--unlabelled", "-o", unlabelled, "-q")
     assert "no labels" in train("fit", unlabelled, "--out", tmp_path / "x", expect=1)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_device_cuda_without_a_gpu_is_a_clear_error(colours, tmp_path):
+    output = train("fit", colours / "wds", "--out", tmp_path / "x", "--device", "cuda",
+                   *COMMON, expect=1)
+    assert "--device cuda: PyTorch sees no CUDA GPU" in output and "Traceback" not in output
+
+
+def test_bench_train_packed_only(colours):
+    command = [sys.executable, "tools/bench_train.py", "--packed", str(colours / "wds"),
+               "--packed-only", "--epochs", "1", "--image-size", "16", "--workers", "0",
+               "--batch-size", "16", "--device", "cpu", "--amp", "off"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "packed shards" in result.stdout and "loose files" not in result.stdout
+    assert "--device cpu --amp off" in result.stdout
 
 
 def test_ddp_with_two_gloo_processes(colours, tmp_path):

@@ -6,13 +6,15 @@ from dataclasses import fields
 import click
 
 from packer.cli import PackerGroup
-from train.config import AMP_MODES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
+from train.config import AMP_MODES, DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
 
 _HELP = {
     "val": "A second packed dataset to validate on (else --val-split of DATA is held out).",
     "val_split": "Fraction of DATA held out for validation when there is no --val (0: none).",
     "task": "classify, multilabel or regress; auto picks from the manifest.",
-    "model": "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto picks.",
+    "model": "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto picks. "
+             "Or any torchvision image classifier, e.g. torchvision:resnet18 (randomly "
+             "initialised; needs torchvision installed).",
     "num_classes": "Expected class count; a different count in the data is an error.",
     "image_size": "Images are resized to this square size in the loader's workers.",
     "epochs": "Passes over the training data.",
@@ -28,6 +30,7 @@ _HELP = {
     "scale_lr": "Scale the lr by batch size / --reference-batch (the linear scaling rule).",
     "reference_batch": "The batch size --lr was tuned for, for --scale-lr.",
     "clip_grad": "Clip the gradient norm to this value.",
+    "device": "cuda (an error when PyTorch sees no GPU), cpu, or auto: cuda when there is one.",
     "amp": "Mixed precision: bf16, fp16 (with a gradient scaler), off, or auto.",
     "channels_last": "Channels-last memory format for the image CNN (faster on GPUs).",
     "dropout": "Dropout before the classifier head.",
@@ -39,11 +42,12 @@ _HELP = {
     "seed": "Seed for the data order, augmentation and initialisation.",
     "limit": "Train on the first N samples only.",
     "weights": "Start from this checkpoint's weights (fine-tuning).",
-    "freeze_backbone": "With --weights: train the head only (feature extraction).",
+    "freeze_backbone": "With --weights: train the head only (feature extraction); for "
+                       "torchvision models every layer but the last Linear is frozen.",
     "resume": "Continue from OUT/last.pt exactly where it stopped.",
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
-            "class_weights": ("auto",), "loss": ("auto", "mse", "l1")}
+            "device": DEVICES, "class_weights": ("auto",), "loss": ("auto", "mse", "l1")}
 
 
 def config_options(function):

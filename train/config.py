@@ -6,6 +6,7 @@ TASKS = ("auto", "classify", "multilabel", "regress")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "step", "plateau", "constant")
 AMP_MODES = ("auto", "bf16", "fp16", "off")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -31,6 +32,7 @@ class TrainConfig:
     scale_lr: bool = False
     reference_batch: int = 256
     clip_grad: float | None = None
+    device: str = "auto"
     amp: str = "auto"
     channels_last: bool = False
     dropout: float = 0.0

@@ -42,18 +42,28 @@ class Run:
         return self.rank == 0
 
 
-def setup_distributed() -> tuple[int, int, int]:
+def use_cuda(device: str) -> bool:
+    """--device: cuda when asked (an error without a GPU), or for auto when there is one."""
+    if device == "cuda" and not torch.cuda.is_available():
+        built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
+        raise PackerError(f"--device cuda: PyTorch sees no CUDA GPU (torch {torch.__version__}, "
+                          f"built for {built}); use --device cpu or auto")
+    return device != "cpu" and torch.cuda.is_available()
+
+
+def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
     """rank, world size and local rank; torchrun's environment starts a process group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = use_cuda(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
     if world > 1:
         return dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0"))
     return 0, 1, 0
 
 
-def pick_device(local_rank: int) -> torch.device:
-    if torch.cuda.is_available():
+def pick_device(local_rank: int, device: str = "auto") -> torch.device:
+    if use_cuda(device):
         torch.cuda.set_device(local_rank)
         # TF32 matmuls and convolutions: near-fp32 accuracy at several times the speed.
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -95,13 +105,16 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
 
 
 def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
-    rank, world, local_rank = setup_distributed()
-    device = pick_device(local_rank)
+    rank, world, local_rank = setup_distributed(config.device)
+    device = pick_device(local_rank, config.device)
     torch.manual_seed(config.seed)  # the same initial weights on every rank and every run
     model = models.build(config.model, info.kind, info.input_shape, info.num_outputs,
                          config.dropout)
     if config.weights:
         models.load_weights(model, config.weights, config.freeze_backbone)
+    elif config.freeze_backbone:
+        raise PackerError("--freeze-backbone needs --weights: a checkpoint whose backbone "
+                          "is worth keeping")
     model = model.to(device, memory_format=torch.channels_last if config.channels_last
                      else torch.preserve_format)
     if world > 1:
@@ -226,11 +239,11 @@ def _log(run: Run, writer, record: dict) -> None:
 def fit(config: TrainConfig) -> dict:
     """Train; returns the summary written to OUT/summary.json."""
     info = describe(config)
-    setup_distributed()  # first: the datasets split themselves by the process group's rank
+    setup_distributed(config.device)  # first: the datasets split by the process group's rank
     train_set, val_set = datasets(info, config)
     order = torch.Generator()  # a loose folder's shuffle; packed data shuffle themselves
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
-                               num_workers=config.workers, pin_memory=torch.cuda.is_available(),
+                               num_workers=config.workers, pin_memory=use_cuda(config.device),
                                shuffle=info.files is not None, generator=order)
     val_loader = val_set and packer.DataLoader(val_set, batch_size=config.batch_size,
                                                num_workers=config.workers)

@@ -1,4 +1,6 @@
-"""Compact models defined here (no downloads), chosen from the data."""
+"""Compact models defined here (no downloads), chosen from the data, or torchvision's."""
+
+import difflib
 
 import torch
 from torch import nn
@@ -67,16 +69,21 @@ class CNN1D(nn.Module):
 
 MODELS = {"resnet": "image", "mlp": "vector", "cnn1d": "sequence"}
 _AUTO = {"image": "resnet", "vector": "mlp", "sequence": "cnn1d"}
+TORCHVISION = "torchvision:"
 
 
 def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float) -> nn.Module:
     if name == "auto":
         name = _AUTO[kind]
-    if name not in MODELS:
-        raise PackerError(f"--model {name}: use one of auto, {', '.join(MODELS)}")
-    if MODELS[name] != kind:
-        raise PackerError(f"--model {name} is for {MODELS[name]} data; this dataset holds "
+    family = "image" if name.startswith(TORCHVISION) else MODELS.get(name)
+    if family is None:
+        raise PackerError(f"--model {name}: use one of auto, {', '.join(MODELS)} or "
+                          f"{TORCHVISION}NAME (e.g. {TORCHVISION}resnet18)")
+    if family != kind:
+        raise PackerError(f"--model {name} is for {family} data; this dataset holds "
                           f"{kind} data")
+    if name.startswith(TORCHVISION):
+        return _torchvision_model(name.removeprefix(TORCHVISION), outputs)
     if name == "resnet":
         return SmallResNet(outputs, dropout=dropout)
     if name == "mlp":
@@ -84,13 +91,43 @@ def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float
     return CNN1D(input_shape[0], outputs, dropout=dropout)
 
 
-def load_weights(model: nn.Module, path: str, freeze_backbone: bool) -> None:
+def _torchvision_model(name: str, outputs: int) -> nn.Module:
+    """An image classifier from torchvision, randomly initialised (--weights loads weights)."""
+    try:
+        from torchvision import models as zoo
+    except ImportError:
+        raise PackerError(
+            f"--model {TORCHVISION}{name} needs torchvision, an optional extra that packer "
+            "does not install: pip install torchvision (the build that matches your torch, "
+            "see https://pytorch.org/get-started/locally/). The built-in models (auto, "
+            f"{', '.join(MODELS)}) need nothing more.") from None
+    names = zoo.list_models(module=zoo)
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise PackerError(
+            f"--model {TORCHVISION}{name}: torchvision has no image classifier of that name."
+            f"{hint} To see them all: python -c \"import torchvision.models as m; "
+            "print(m.list_models(module=m))\"")
+    return zoo.get_model(name, weights=None, num_classes=outputs)
+
+
+def freeze_backbone(model: nn.Module) -> None:
+    """Train the classifier only: the last nn.Linear layer (the head of every model here)."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise PackerError("--freeze-backbone: the model has no nn.Linear layer to keep "
+                          "trainable")
+    model.requires_grad_(False)
+    linears[-1].requires_grad_(True)
+
+
+def load_weights(model: nn.Module, path: str, freeze: bool) -> None:
     """Start from a checkpoint's weights (the head is kept if it fits)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = state.get("model", state)
     own = model.state_dict()
     fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(fitting, strict=False)
-    if freeze_backbone:
-        for parameter in model.backbone.parameters():
-            parameter.requires_grad_(False)
+    if freeze:
+        freeze_backbone(model)
