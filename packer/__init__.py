@@ -8,25 +8,26 @@ The Python API mirrors the CLI:
     for sample in packer.iter_samples("images-wds"): ...
     ds = packer.open_dataset("images-wds", shuffle=True, image_size=64)   # PyTorch
 
-Packing never imports torch: the loader's names are imported when first used.
+Packing never imports torch: every name is imported when first used.
 """
 
 __version__ = "0.1.0"
 
-from packer.dataset import iter_samples  # noqa: E402
-from packer.manifest import load_manifest  # noqa: E402
-from packer.packing import PackOptions, pack  # noqa: E402
-from packer.unpack import unpack  # noqa: E402
-from packer.verify import verify  # noqa: E402
-
-_LOADER_NAMES = {"DataLoader", "PackedDataset", "open_dataset"}
+# Names are imported when first used, so that `packer pack` starts without numpy,
+# torch or h5py unless the job needs them.
+_LAZY_NAMES = {
+    "iter_samples": "packer.dataset", "load_manifest": "packer.manifest",
+    "PackOptions": "packer.packing", "pack": "packer.packing", "unpack": "packer.unpack",
+    "verify": "packer.verify", "DataLoader": "packer.loader",
+    "PackedDataset": "packer.loader", "open_dataset": "packer.loader",
+}
 
 
 def __getattr__(name: str):
-    if name in _LOADER_NAMES:
-        from packer import loader
+    if name in _LAZY_NAMES:
+        import importlib
 
-        return getattr(loader, name)
+        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
 
 

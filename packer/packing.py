@@ -6,22 +6,23 @@ After each closed part, `OUT.partial/progress.json` records what is durable
 part and ends with exactly what an uninterrupted run writes.
 """
 
+import copy
 import hashlib
 import json
 import os
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
-from packer.formats.base import LAYOUT_VERSION, Chunk, Encoded, chunk_items, encode_chunk
+from packer.formats.base import LAYOUT_VERSION, Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
 from packer.sources import is_table, open_source
@@ -88,14 +89,38 @@ class Tally:
     class_counts: list = field(default_factory=list)
     input_bytes: int = 0
 
-    def add(self, item: Encoded) -> None:
-        for name, size in item.field_sizes:
+    def add_chunk(self, chunk: Chunk) -> None:
+        """Count a chunk's samples and the inputs skipped among them."""
+        self._add_fields((name, *total) for name, total in chunk.totals.items())
+        self._add_labels(chunk.labels)
+        for entries in chunk.skipped.values():
+            self.skipped += entries
+
+    def upto(self, chunk: Chunk, stop: int, next_input: int) -> "Tally":
+        """A copy that also counts the chunk's first `stop` good samples and the inputs
+        skipped before them: the progress at a part closed inside the chunk."""
+        snapshot = Tally(next_input, list(self.skipped), copy.deepcopy(self.fields),
+                         list(self.class_counts), self.input_bytes)
+        for sizes in chunk.field_sizes[:stop]:
+            snapshot._add_fields((name, 1, size) for name, size in sizes)
+        snapshot._add_labels(chunk.labels[:stop])
+        boundary = chunk.good_positions()[stop]
+        for position, entries in chunk.skipped.items():
+            if position < boundary:
+                snapshot.skipped += entries
+        return snapshot
+
+    def _add_fields(self, totals) -> None:
+        for name, count, size in totals:
             entry = self.fields.setdefault(name, {"count": 0, "bytes": 0})
-            entry["count"] += 1
+            entry["count"] += count
             entry["bytes"] += size
             self.input_bytes += size
-        if item.label is not None:
-            self.class_counts[item.label] += 1
+
+    def _add_labels(self, labels: list) -> None:
+        for label, count in Counter(labels).items():
+            if label is not None:
+                self.class_counts[label] += count
 
     def add_block(self, columns: dict) -> None:
         rows = len(next(iter(columns.values())))
@@ -105,6 +130,8 @@ class Tally:
             entry["bytes"] += 0 if name == "cls" else values.nbytes
             self.input_bytes += 0 if name == "cls" else values.nbytes
         if "cls" in columns:
+            import numpy as np  # block sources hold numpy columns; plain files never do
+
             counts = np.bincount(columns["cls"], minlength=len(self.class_counts))
             self.class_counts = [a + int(b) for a, b in zip(self.class_counts, counts,
                                                              strict=True)]
@@ -139,15 +166,14 @@ def _plan(source, options: PackOptions) -> dict:
             "attrs": getattr(source, "hdf5_attrs", {})}
 
 
-def _start(out: Path, plan: dict, options: PackOptions):
+def _start(out: Path, source, plan: dict, options: PackOptions):
     """The writer (fresh or resumed) and the tally to continue from."""
     work = partial_path(out)
     progress_path = work / PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
-        if progress["fingerprint"] != plan["fingerprint"]:
-            raise UsageProblem(f"{work}: the input or the options changed since the "
-                               "interrupted run; start over with --overwrite")
+        _check_unchanged(source, plan, progress, work)
+        plan["started_ns"] = progress["started_ns"]
     elif work.exists() and not (options.resume or options.overwrite):
         raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
                            "continue it or --overwrite to start over")
@@ -165,9 +191,24 @@ def _start(out: Path, plan: dict, options: PackOptions):
     return writer, tally
 
 
+def _check_unchanged(source, plan: dict, progress: dict, work: Path) -> None:
+    """Refuse to resume when the listing, the options or a packed input changed."""
+    if progress["fingerprint"] != plan["fingerprint"]:
+        raise UsageProblem(f"{work}: the input or the options changed since the "
+                           "interrupted run; start over with --overwrite")
+    # The listing cannot tell an edited file; its modification time can.
+    modified_since = getattr(source, "modified_since", None)
+    modified = modified_since and modified_since(progress["started_ns"],
+                                                 progress["tally"]["next_input"])
+    if modified:
+        raise UsageProblem(f"{modified}: modified since the interrupted run began, after it "
+                           "was packed; the input changed, start over with --overwrite")
+
+
 def _save_progress(writer, tally: Tally, plan: dict) -> None:
     write_json_atomic(writer.folder / PROGRESS_NAME, {
-        "fingerprint": plan["fingerprint"], "parts": writer.parts, "tally": asdict(tally)})
+        "fingerprint": plan["fingerprint"], "started_ns": plan["started_ns"],
+        "parts": writer.parts, "tally": asdict(tally)})
 
 
 def _fail_on(entry: dict, root: Path) -> None:
@@ -225,17 +266,14 @@ def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: Pack
     began, first_bytes = time.perf_counter(), tally.input_bytes
     index = start
     for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
-        for item, skipped in chunk_items(chunk):
-            if skipped:
-                if options.on_error == "fail":
-                    _fail_on(skipped[0], source.path)
-                tally.skipped += skipped
-            else:
-                if writer.add(item):
-                    tally.next_input = index
-                    _save_progress(writer, tally, plan)
-                tally.add(item)
-            index += 1
+        if chunk.skipped and options.on_error == "fail":
+            _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
+        stored = 0
+        while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
+            next_input = index + chunk.good_positions()[stored]
+            _save_progress(writer, tally.upto(chunk, stored, next_input), plan)
+        tally.add_chunk(chunk)
+        index += chunk.count
         bar.update(chunk.count)
         rate = (tally.input_bytes - first_bytes) / 1e6 / (time.perf_counter() - began)
         bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
@@ -277,14 +315,15 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     them) into `out`; returns the manifest."""
     path, out = Path(path), Path(out)
     check_paths(path, out, options)
+    started_ns = time.time_ns()
     source, read_job = open_source(path, options)
     if source.scan_skipped and options.on_error == "fail":
         _fail_on(source.scan_skipped[0], path)
     if not source.count:
         raise PackerError(f"{path}: nothing to pack ({len(source.scan_skipped)} inputs "
                           "skipped; see above or run `packer pack` without --on-error fail)")
-    plan = _plan(source, options)
-    writer, tally = _start(out, plan, options)
+    plan = {**_plan(source, options), "started_ns": started_ns}
+    writer, tally = _start(out, source, plan, options)
     began = time.perf_counter()
     try:
         if hasattr(source, "blocks") and hasattr(writer, "add_block"):
@@ -294,6 +333,7 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     except PackerError:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise
+    source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
     manifest = _manifest(source, writer, tally, plan, options)
     writer.finish(manifest)
     (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)

@@ -7,7 +7,7 @@ import pytest
 
 from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES, format_module
-from packer.formats.base import chunk_items, encode_chunk, field_bytes
+from packer.formats.base import encode_chunk, field_bytes
 
 FIELDS = {"bin": {"dtype": "bytes"}, "cls": {"dtype": "int64"},
           "npy": {"dtype": "float32", "shape": [4, 3]}}
@@ -23,8 +23,9 @@ def write(fmt, folder, items):
     module = format_module(fmt)
     plan = {"fields": FIELDS, "classes": ["a", "b", "c"], "input_bytes": 0}
     writer = module.WRITER(folder, plan, 1 << 30, 50)
-    for item, _ in chunk_items(encode_chunk([(s, []) for s in items], module)):
-        writer.add(item)
+    chunk, stored = encode_chunk([(s, []) for s in items], module), 0
+    while (stored := writer.add_chunk(chunk, stored)) < len(items):
+        pass
     writer.close_part()
     manifest = {"format": fmt, "count": writer.count, "parts": writer.parts,
                 "fields": FIELDS, "classes": plan["classes"]}

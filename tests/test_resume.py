@@ -76,7 +76,9 @@ def test_resume_refuses_a_changed_input(image_folder, tmp_path):
     out = tmp_path / "killed"
     args = ["pack", str(image_folder), "-o", str(out), "--max-count", "3", "-q"]
     subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
-    (image_folder / "cat" / "plain.jpg").write_bytes(b"\xff\xd8\xffchanged\xff\xda\xff\xd9")
+    (image_folder / "bird" / "README").write_bytes(b"edited after it was packed")
+    assert "modified since the interrupted run" in run(*args, "--resume", expect=2).output
+    (image_folder / "bird" / "new.txt").write_text("a file added to the listing")
     assert "changed since the interrupted run" in run(*args, "--resume", expect=2).output
 
 

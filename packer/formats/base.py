@@ -12,36 +12,35 @@ file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
 
 import hashlib
 import io
-from collections.abc import Iterator
+from bisect import bisect_right
+from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
-
-import numpy as np
 
 KEY = "__key__"
 LAYOUT_VERSION = 1
 
 
-class Encoded(NamedTuple):
-    data: bytes | memoryview  # the format's encoding of the sample
-    size: int  # bytes the sample adds to its part
-    digest: bytes | None  # sample_digest(sample), where the format records them
-    field_sizes: tuple  # ((field, bytes), ...) for the manifest's field counts
-    label: int | None
-
-
 class Chunk(NamedTuple):
     """A worker's output for a run of samples, pickled once: the encoded samples
-    back to back, and per good sample its length, digest, field sizes and label."""
+    back to back, per good sample its length, digest, field sizes and label, and
+    the run's field totals (so that the writing process does no per-sample work)."""
 
     blob: bytes
     lengths: list[int]
     digests: bytes  # 32 bytes per sample, or empty where the format keeps none
-    field_sizes: list[tuple]
+    field_sizes: list[tuple]  # ((field, bytes), ...) per good sample
     labels: list
+    totals: dict[str, list[int]]  # field -> [samples, bytes]
     skipped: dict[int, list]  # position in the run -> skip entries
     count: int  # samples in the run, skipped ones included
     spool: str | None = None  # a file holding `blob`, when it crossed from a worker
+
+    def good_positions(self) -> list[int]:
+        """The position in the run of each good sample."""
+        if not self.skipped:
+            return list(range(self.count))
+        return [p for p in range(self.count) if p not in self.skipped]
 
 
 def field_bytes(value) -> bytes:
@@ -49,25 +48,31 @@ def field_bytes(value) -> bytes:
     an array as a .npy file."""
     if isinstance(value, int):
         return str(value).encode()
-    if isinstance(value, np.ndarray):
-        out = io.BytesIO()
-        np.save(out, value, allow_pickle=False)
-        return out.getvalue()
-    return bytes(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return _npy_bytes(value)
+
+
+def _npy_bytes(array) -> bytes:
+    import numpy as np  # here, so that packing plain files never loads numpy
+
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"cannot store a {type(array).__name__} as a field")
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
 
 
 def value_size(value) -> int:
     """Bytes of data a field value holds (0 for a class id)."""
     if isinstance(value, int):
         return 0
-    return value.nbytes if isinstance(value, np.ndarray) else len(value)
+    return value.nbytes if hasattr(value, "nbytes") else len(value)
 
 
 def msgpack_default(value):
     """Lets msgpack carry arrays, as .npy bytes."""
-    if isinstance(value, np.ndarray):
-        return field_bytes(value)
-    raise TypeError(f"cannot encode a {type(value).__name__}")
+    return _npy_bytes(value)
 
 
 def sample_digest(sample: dict) -> bytes:
@@ -81,7 +86,7 @@ def sample_digest(sample: dict) -> bytes:
 
 def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
     """Encode a run of read samples (or their skip entries) with a format `module`."""
-    chunk = Chunk(b"", [], b"", [], [], {}, len(outcomes))
+    chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes))
     encoded, digests = [], []
     for position, (sample, skipped) in enumerate(outcomes):
         if sample is None:
@@ -92,30 +97,20 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
         chunk.lengths.append(len(data))
         if module.SAMPLE_DIGESTS:
             digests.append(sample_digest(sample))
-        chunk.field_sizes.append(tuple((k, value_size(v)) for k, v in sample.items() if k != KEY))
+        sizes = tuple((k, value_size(v)) for k, v in sample.items() if k != KEY)
+        chunk.field_sizes.append(sizes)
+        for name, size in sizes:
+            total = chunk.totals.setdefault(name, [0, 0])
+            total[0] += 1
+            total[1] += size
         chunk.labels.append(sample.get("cls"))
     return chunk._replace(blob=b"".join(encoded), digests=b"".join(digests))
-
-
-def chunk_items(chunk: Chunk) -> Iterator[tuple[Encoded | None, list]]:
-    """(encoded sample, []) or (None, skip entries) for each sample of the run."""
-    view, offset, good = memoryview(chunk.blob), 0, 0
-    for position in range(chunk.count):
-        if position in chunk.skipped:
-            yield None, chunk.skipped[position]
-            continue
-        size = chunk.lengths[good]
-        digest = chunk.digests[32 * good:32 * good + 32] or None
-        yield Encoded(view[offset:offset + size], size, digest, chunk.field_sizes[good],
-                      chunk.labels[good]), []
-        offset += size
-        good += 1
 
 
 class Writer:
     """Part bookkeeping for a format; subclasses store encoded samples.
 
-    Subclasses implement `_store(data)`, `_seal_part(part)` (make the part durable
+    Subclasses implement `_store(data)` (or `_store_run`), `_seal_part(part)` (make the part durable
     and add format details to its record), `truncate(count)` and `finish(manifest)`.
     """
 
@@ -129,25 +124,45 @@ class Writer:
         self._open_part: dict | None = None
         self._digest = None
 
-    def add(self, item: Encoded) -> dict | None:
-        """Store one sample; returns the record of a part closed to make room, if any."""
-        part, closed = self._open_part, None
-        if part and (part["bytes"] + item.size > self.max_part_bytes
-                     or part["count"] >= self.max_part_count):
-            closed = self.close_part()
-            part = None
-        if part is None:
-            part = self._open_part = {"index": len(self.parts), "first": self.count,
-                                      "count": 0, "bytes": 0}
-            self._digest = hashlib.sha256() if item.digest else None
-            self._begin_part(part)
-        self._store(item.data)
-        if self._digest is not None:
-            self._digest.update(item.digest)
-        part["count"] += 1
-        part["bytes"] += item.size
-        self.count += 1
-        return closed
+    def add_chunk(self, chunk: Chunk, start: int = 0) -> int:
+        """Store the chunk's good samples from `start` on while they fit the open part
+        (a new part takes at least one). Where one does not fit, the part is closed and
+        that sample's index is returned, so the caller can record the progress and call
+        again from there; otherwise the number of good samples."""
+        lengths = chunk.lengths
+        if start == len(lengths):
+            return start
+        part = self._open_part or self._new_part(bool(chunk.digests))
+        offsets = [0, *accumulate(lengths)]
+        fit_bytes = bisect_right(offsets, offsets[start] + self.max_part_bytes - part["bytes"]) - 1
+        stop = min(len(lengths), start + self.max_part_count - part["count"], fit_bytes)
+        if part["count"] == 0:
+            stop = max(stop, start + 1)
+        if stop > start:
+            self._store_run(memoryview(chunk.blob)[offsets[start]:offsets[stop]],
+                            lengths[start:stop])
+            if self._digest is not None:
+                self._digest.update(chunk.digests[32 * start:32 * stop])
+            part["count"] += stop - start
+            part["bytes"] += offsets[stop] - offsets[start]
+            self.count += stop - start
+        if stop < len(lengths):
+            self.close_part()
+        return stop
+
+    def _new_part(self, sample_digests: bool) -> dict:
+        part = self._open_part = {"index": len(self.parts), "first": self.count,
+                                  "count": 0, "bytes": 0}
+        self._digest = hashlib.sha256() if sample_digests else None
+        self._begin_part(part)
+        return part
+
+    def _store_run(self, data: memoryview, lengths: list[int]) -> None:
+        """Store encoded samples that lie back to back in `data`, one by one."""
+        offset = 0
+        for length in lengths:
+            self._store(data[offset:offset + length])
+            offset += length
 
     def close_part(self) -> dict | None:
         """Make the open part durable; returns its record (None if no part is open)."""

@@ -55,8 +55,11 @@ class LmdbWriter(Writer):
                              subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
-    def _store(self, encoded) -> None:
-        self._pending.append((sample_key(self.count), bytes(encoded)))
+    def _store_run(self, data: memoryview, lengths: list[int]) -> None:
+        offset = 0
+        for index, length in enumerate(lengths, self.count):
+            self._pending.append((sample_key(index), bytes(data[offset:offset + length])))
+            offset += length
 
     def _seal_part(self, part: dict) -> None:
         self._commit(self._pending)

@@ -13,7 +13,9 @@ padding included) or `--max-count` samples. `cls` is the class id as decimal tex
 
 import hashlib
 import tarfile
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from packer.formats.base import KEY, Writer, field_bytes
@@ -32,22 +34,22 @@ def _tarfile_header(name: str, size: int) -> bytes:
 
 
 # The header of a short ASCII name differs from this template only in its name,
-# size and checksum fields, so it is patched in place instead of built by tarfile.
+# size and checksum fields, so it is assembled from the template's other pieces.
 _TEMPLATE = bytearray(_tarfile_header("", 0))
 _TEMPLATE[148:156] = b" " * 8
 _TEMPLATE_SUM = sum(_TEMPLATE) - sum(_TEMPLATE[124:136])
+_IDS, _MTIME, _TAIL = bytes(_TEMPLATE[100:124]), bytes(_TEMPLATE[136:148]), bytes(_TEMPLATE[156:])
+_NAME_FILL = [b"\0" * (100 - n) for n in range(101)]
+_PADDING = [b"\0" * (-n % _BLOCK) for n in range(_BLOCK)]  # by size % 512
 
 
 def _header(name: str, size: int) -> bytes:
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) > 100 or not raw.isascii() or size >= 8**11:
         return _tarfile_header(name, size)  # a PAX header carries the long or unicode name
-    header = _TEMPLATE.copy()
-    header[: len(raw)] = raw
     size_field = b"%011o\0" % size
-    header[124:136] = size_field
-    header[148:156] = b"%06o\0 " % (_TEMPLATE_SUM + sum(raw) + sum(size_field))
-    return bytes(header)
+    checksum = b"%06o\0 " % (_TEMPLATE_SUM + sum(raw) + sum(size_field))
+    return b"".join((raw, _NAME_FILL[len(raw)], _IDS, size_field, _MTIME, checksum, _TAIL))
 
 
 SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
@@ -58,20 +60,27 @@ def encode(sample: dict) -> bytes:
     key, members = sample[KEY], []
     for name, value in sample.items():
         if name != KEY:
-            data = field_bytes(value)
-            members += (_header(f"{key}.{name}", len(data)), data,
-                        b"\0" * (-len(data) % _BLOCK))
+            data = value if type(value) is bytes else field_bytes(value)
+            members += (_header(f"{key}.{name}", len(data)), data, _PADDING[len(data) % _BLOCK])
     return b"".join(members)
 
 
 class TarWriter(Writer):
-    """Writes shard-NNNNNN.tar files; a part is a shard."""
+    """Writes shard-NNNNNN.tar files; a part is a shard.
+
+    Pending samples are hashed and written in 1 MB blocks by a thread (both release
+    the GIL), so the disk and the checksum overlap with encoding the next samples;
+    at most two blocks wait for it.
+    """
 
     def _begin_part(self, part: dict) -> None:
         part["name"] = SHARD_NAME.format(part["index"])
         self._file = open(self.folder / part["name"], "wb")  # noqa: SIM115 (closed in _seal_part)
         self._file_digest = hashlib.sha256()
         self._pending, self._pending_bytes = [], 0
+        self._writes: deque[Future] = deque()
+        if not hasattr(self, "_io"):
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
 
     def _store(self, encoded: bytes) -> None:
         self._pending.append(encoded)
@@ -79,17 +88,23 @@ class TarWriter(Writer):
         if self._pending_bytes >= _WRITE_BYTES:
             self._flush()
 
+    def _store_run(self, data: memoryview, lengths: list[int]) -> None:
+        self._store(data)
+
     def _flush(self) -> None:
-        """Hash and write the pending samples in one go: far fewer calls than per sample."""
+        """Hand the pending samples to the writing thread as one block."""
         data = b"".join(self._pending)
-        self._file_digest.update(data)
-        self._file.write(data)
         self._pending, self._pending_bytes = [], 0
+        while len(self._writes) >= 2:
+            self._writes.popleft().result()
+        self._writes.append(self._io.submit(_hash_and_write, self._file_digest, self._file, data))
 
     def _seal_part(self, part: dict) -> None:
         end = b"\0" * (2 * _BLOCK + (-(part["bytes"] + 2 * _BLOCK) % _RECORD))
         self._store(end)
         self._flush()
+        while self._writes:
+            self._writes.popleft().result()
         self._file.close()
         part["bytes"] += len(end)
         part["sha256"] = self._file_digest.hexdigest()
@@ -101,7 +116,13 @@ class TarWriter(Writer):
                 path.unlink()
 
     def finish(self, manifest: dict) -> None:
-        pass
+        if hasattr(self, "_io"):
+            self._io.shutdown()
+
+
+def _hash_and_write(digest, file, data: bytes) -> None:
+    digest.update(data)
+    file.write(data)
 
 
 def read_shard(stream, int_fields: set[str] = frozenset()) -> Iterator[dict]:

@@ -9,7 +9,8 @@ Layouts, picked in this order:
 The folder is walked twice, folder by folder in sorted order: `scan_folder` counts
 samples and notes what is skipped, `Scan.samples()` yields the samples for packing.
 Only one folder's listing is held at a time, so memory does not grow with the
-file count. Reading and checking the bytes happen later, in the packing workers.
+file count. Regular files are known from the listing and not stat'ed; reading and
+checking the bytes happen later, in the packing workers, which also count them.
 """
 
 import hashlib
@@ -36,7 +37,6 @@ class SampleSource:
     key: str
     files: list[tuple[str, str]]
     label: int | None = None
-    size: int = 0
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Scan:
     labels_file: str | None = None
     exclude: set[str] = field(default_factory=set)
     count: int = 0
-    input_bytes: int = 0
+    input_bytes: int = 0  # not known from the listing: packing counts the bytes it reads
     fields: set[str] = field(default_factory=set)
     fingerprint: str = ""
     notes: Notes = field(default_factory=Notes)
@@ -92,6 +92,17 @@ class Scan:
         while run := list(islice(runs, size)):
             yield str(self.root), check, run
 
+    def modified_since(self, time_ns: int, count: int) -> str | None:
+        """The first of the first `count` samples' files modified after `time_ns`, if any."""
+        for sample in islice(self.samples(), count):
+            for _, rel_path in sample.files:
+                try:
+                    if os.stat(self.root / rel_path).st_mtime_ns > time_ns:
+                        return str(self.root / rel_path)
+                except OSError:
+                    return str(self.root / rel_path)
+        return None
+
     def describe(self, options) -> dict:
         """What the manifest says of this source, beside the common entries."""
         return {
@@ -104,32 +115,27 @@ class Scan:
             "unmatched_labels": self.unmatched_labels,
         }
 
-    def samples(self, notes: Notes | None = None, sizes: bool = False) -> Iterator[SampleSource]:
-        """Every sample in order; what is skipped on the way goes to `notes`. Without
-        `sizes`, regular files are not stat'ed and sample sizes are left at 0."""
+    def samples(self, notes: Notes | None = None) -> Iterator[SampleSource]:
+        """Every sample in order; what is skipped on the way goes to `notes`."""
         notes = notes if notes is not None else Notes()
-        walk = _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes, sizes)
+        walk = _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes)
         for folder, files in walk:
             yield from self._folder_samples(folder, files, notes)
 
     def _folder_samples(self, folder: str, files: list, notes: Notes) -> list[SampleSource]:
-        groups: dict[str, list[tuple[str, str, int]]] = {}
-        for name, size in files:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for name in files:
             stem, field_name = split_name(name)
-            groups.setdefault(folder + stem, []).append((field_name, folder + name, size))
+            groups.setdefault(folder + stem, []).append((field_name, folder + name))
         samples = []
         for stem_path, members in groups.items():
             key = encode_key(stem_path)
-            if len(members) == 1:  # the common case, kept short: it runs for every file
-                field_name, path, size = members[0]
-                samples.append(SampleSource(key, [(field_name, path)], size=size))
-                continue
             main_files = [m for m in members if m[0].lower() not in SIDECAR_FIELDS]
-            if self.group_by_stem or len(main_files) <= 1:
-                samples.append(_sample(key, members))
+            if len(members) == 1 or self.group_by_stem or len(main_files) <= 1:
+                samples.append(SampleSource(key, members))
                 continue
             notes.shared_stems.append(stem_path)
-            samples += [_sample(disambiguate(key, m[0]), [m]) for m in members]
+            samples += [SampleSource(disambiguate(key, m[0]), [m]) for m in members]
         samples.sort(key=lambda s: s.key)
         if self.label_source == "none":
             return samples
@@ -163,10 +169,6 @@ class Scan:
         return True
 
 
-def _sample(key: str, members: list[tuple[str, str, int]]) -> SampleSource:
-    return SampleSource(key, [(f, p) for f, p, _ in members], size=sum(m[2] for m in members))
-
-
 def _dir_id(path: Path) -> tuple[int, int]:
     info = Path(path).stat()
     return info.st_dev, info.st_ino
@@ -176,9 +178,8 @@ def _is_junk(name: str) -> bool:
     return name.startswith(".") or name.lower() in JUNK_NAMES
 
 
-def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes,
-          sizes: bool) -> Iterator:
-    """(relative folder with trailing slash, [(file name, size)]) for each folder."""
+def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> Iterator:
+    """(relative folder with trailing slash, [file name, ...]) for each folder."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as err:
@@ -192,8 +193,8 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes,
             continue
         if rel_path in scan.exclude:
             continue
-        if not sizes and entry.is_file(follow_symlinks=False):  # known from the listing
-            files.append((entry.name, 0))
+        if entry.is_file(follow_symlinks=False):  # known from the listing
+            files.append(entry.name)
             continue
         info = _entry_stat(scan.follow_symlinks, entry, rel_path, notes)
         if info is None:
@@ -206,7 +207,7 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes,
             else:
                 subfolders.append((entry, dir_id))
         elif stat.S_ISREG(info.st_mode):
-            files.append((entry.name, info.st_size))
+            files.append(entry.name)
         else:
             notes.skipped.append({"path": rel_path, "reason": "not a regular file "
                                   "(a pipe, socket or device)"})
@@ -215,7 +216,7 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes,
         yield rel, files
     for entry, dir_id in subfolders:
         yield from _walk(scan, Path(entry.path), f"{rel}{entry.name}/", ancestors | {dir_id},
-                         notes, sizes)
+                         notes)
 
 
 def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
@@ -263,21 +264,25 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
             scan.label_source = "folders"
             scan.class_ids = {name: i for i, name in enumerate(scan.classes)}
     digest, listing = hashlib.sha256(), []
-    for sample in scan.samples(scan.notes, sizes=True):
-        scan.count += 1
-        scan.input_bytes += sample.size
-        scan.fields.update(f for f, _ in sample.files)
-        listing.append((sample.key, sample.files, sample.label, sample.size))
+    for sample in scan.samples(scan.notes):
+        listing.append((sample.files, sample.label))
         if len(listing) == 1000:
-            digest.update(repr(listing).encode("utf-8", "surrogateescape"))
-            listing = []
-    digest.update(repr(listing).encode("utf-8", "surrogateescape"))
+            _count(scan, listing, digest)
+    _count(scan, listing, digest)
     scan.fingerprint = digest.hexdigest()
     scan.notes.ignored += [{"path": p, "reason": "the labels file"} for p in sorted(scan.exclude)]
     scan.notes.skipped.sort(key=lambda entry: entry["path"])
     if scan.labels is not None:
         scan.unmatched_labels = sorted(set(scan.labels) - scan.notes.labelled)
     return scan
+
+
+def _count(scan: Scan, listing: list, digest) -> None:
+    """Add a run of (files, label) to the scan's counts and fingerprint, then empty it."""
+    scan.count += len(listing)
+    scan.fields.update(field_name for files, _ in listing for field_name, _ in files)
+    digest.update(repr(listing).encode("utf-8", "surrogateescape"))
+    listing.clear()
 
 
 def read_file(path: str) -> bytes:
