@@ -160,3 +160,24 @@ def test_hdf5_from_blocks_keys_samples_by_index(tmp_path):
         assert file["__key__"][:].tolist() == list(range(12))
     assert [s["__key__"] for s in iter_samples(tmp_path / "h")][:2] == ["0000000000",
                                                                       "0000000001"]
+
+
+@pytest.mark.parametrize("order", ["little", "big"])
+def test_hdf5_blocks_reuse_their_arrays_without_mixing_blocks(order, tmp_path, monkeypatch):
+    import h5py
+
+    from packer.sources import binary
+
+    monkeypatch.setattr(binary, "BLOCK_BYTES", 7 * 36)  # 50 records: 8 blocks, the last of 1
+    expected = write_imu(tmp_path / "imu.bin", 50, order)
+    spec = "imu" if order == "little" else big_endian_spec(tmp_path)
+    out = tmp_path / "h"
+    run("pack", tmp_path / "imu.bin", "--spec", spec, "--to", "hdf5", "-o", out, "-q")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [p["count"] for p in manifest["parts"]] == [7] * 7 + [1]
+    with h5py.File(out / "data.h5") as file:
+        assert file["timestamp_ns.npy"][:].tolist() == [r[0] for r in expected]
+        assert file["accel.npy"][:].tolist() == [list(r[1:4]) for r in expected]
+        assert file["status.npy"].dtype.isnative and file["status.npy"][:].tolist() == [
+            r[7] for r in expected]
+    assert "OK" in run("verify", out, "-q").output

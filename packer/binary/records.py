@@ -18,6 +18,11 @@ How a dump becomes samples (for the packing of binary dumps):
 Each field can then be stored as an `npy` field of the sample (e.g. `accel.npy`).
 Values stay in the field's own type (native byte order) unless `as_float32=True`
 (bytes fields stay uint8).
+
+To split many ranges of records without allocating per range, `columns =
+RecordColumns(spec, rows)` holds one array per field, and `columns.fill(records)`
+copies up to `rows` records into them and returns the same arrays as
+`record_arrays`, as views of the first `len(records)` rows.
 """
 
 from dataclasses import dataclass
@@ -40,6 +45,40 @@ def record_arrays(records: np.ndarray, spec: Spec, as_float32: bool = False) -> 
         target = np.float32 if as_float32 and field.kind != "bytes" else values.dtype
         arrays[field.name] = np.ascontiguousarray(values, dtype=np.dtype(target).newbyteorder("="))
     return arrays
+
+
+class RecordColumns:
+    """Reusable per-field arrays for up to `rows` records. In a dump of native byte
+    order each field is copied as opaque bytes (no casting: about twice as fast as a
+    typed copy of a shaped field); otherwise it is byte-swapped on the way."""
+
+    def __init__(self, spec: Spec, rows: int):
+        self.dtype = spec.record_dtype
+        self.arrays = {name: np.empty((rows, *self.dtype[name].shape),
+                                      self.dtype[name].base.newbyteorder("="))
+                       for name in self.dtype.names}
+        if self.dtype.isnative:
+            self.dtype = _opaque(self.dtype)
+            self.targets = {name: np.ndarray(rows, self.dtype[name], array)
+                            for name, array in self.arrays.items()}
+        else:
+            self.targets = self.arrays
+
+    def fill(self, records: np.ndarray) -> dict:
+        """The records (in the spec's byte order) as {field name: (n, *field shape)}."""
+        rows = len(records)
+        records = records.view(self.dtype)
+        for name, target in self.targets.items():
+            np.copyto(target[:rows], records[name])
+        return {name: array[:rows] for name, array in self.arrays.items()}
+
+
+def _opaque(dtype: np.dtype) -> np.dtype:
+    """The structured dtype with each field as raw bytes of the same size and offset."""
+    names = dtype.names
+    return np.dtype({"names": names, "formats": [f"V{dtype[n].itemsize}" for n in names],
+                     "offsets": [dtype.fields[n][1] for n in names],
+                     "itemsize": dtype.itemsize})
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ Two shapes of input:
   from the folder layout or `--labels`, as for the files source, and a file that
   does not fit the spec is skipped with the reason.
 
-Samples of a dump are read a range at a time with `np.fromfile`; no Python loop
-runs per record when the output is HDF5 (`blocks`).
+Samples of a dump are read a range at a time (`np.fromfile`, or a memory map of
+the range for HDF5 `blocks`); no Python loop runs per record when the output is HDF5.
 """
 
 import hashlib
 import json
+import mmap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
+from packer.binary.records import RecordColumns
 from packer.errors import PackerError, UsageProblem
 from packer.formats.base import KEY, field_bytes
 from packer.formats.hdf5 import columns_crc32
 from packer.sources import files
 
-BLOCK_BYTES = 16 << 20  # bytes of records read at a time for HDF5
+BLOCK_BYTES = 32 << 20  # bytes of records read at a time for HDF5
 
 
 def _key(index: int) -> str:
@@ -92,16 +94,15 @@ class BinaryDump:
         seen = [np.unique(chunk[self.label_field]) for chunk in self.dump.chunks()]
         return np.unique(np.concatenate(seen))
 
-    def columns(self, first: int, count: int, buffer: np.ndarray | None = None
-                ) -> dict[str, np.ndarray]:
-        """Samples first..first+count-1 as {field: (count, *shape)} arrays. Records are
-        read into `buffer` when given (reused between blocks: no fresh pages to fault)."""
+    def columns(self, first: int, count: int) -> dict[str, np.ndarray]:
+        """Samples first..first+count-1 as {field: (count, *shape)} arrays."""
         if self.windows:
             arrays = window_arrays(self.dump, self.windows, first, count)
-        elif buffer is not None:
-            arrays = record_arrays(self._read_into(buffer, first, count), self.spec)
         else:
             arrays = record_arrays(self.dump.records(first, count), self.spec)
+        return self._fields(arrays, first, count)
+
+    def _fields(self, arrays: dict, first: int, count: int) -> dict[str, np.ndarray]:
         columns = {f"{name}.npy": values for name, values in arrays.items()
                    if name != self.label_field}
         if self.values is not None:
@@ -118,38 +119,43 @@ class BinaryDump:
             return self.record_labels[last]
         return self.record_labels[first:first + count]
 
-    def _read_into(self, buffer: np.ndarray, first: int, count: int) -> np.ndarray:
-        dtype = self.spec.record_dtype
-        raw = buffer[:count * dtype.itemsize]
-        with open(self.path, "rb", buffering=0) as file:
-            file.seek(self.dump.data_offset + first * dtype.itemsize)
-            if file.readinto(raw) != raw.size:
-                raise PackerError(f"{self.path}: the file shrank while it was read")
-        records = raw.view(dtype)
-        if dtype.isnative:
-            return records
-        for name in dtype.names:  # field by field: padding bytes stay as they are
-            records[name].byteswap(inplace=True)
-        return records.view(dtype.newbyteorder("="))
+    def _mapped_records(self, into: RecordColumns, first: int, count: int) -> dict:
+        """Records first..first+count-1 split into `into`, read through a memory map of
+        their range: no copy into a read buffer, and the map is gone on return."""
+        size = self.spec.record.size
+        start = self.dump.data_offset + first * size
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        with open(self.path, "rb") as file:
+            try:
+                mapped = mmap.mmap(file.fileno(), start + count * size - base, offset=base,
+                                   access=mmap.ACCESS_READ)
+            except ValueError:
+                raise PackerError(f"{self.path}: the file shrank while it was read") from None
+        with mapped:
+            return into.fill(np.frombuffer(mapped, self.spec.record_dtype, count, start - base))
 
-    def _block(self, first: int, count: int, buffer: np.ndarray) -> tuple[dict, int]:
-        columns = self.columns(first, count, buffer)
+    def _block(self, first: int, count: int, into: RecordColumns | None) -> tuple[dict, int]:
+        if into is None:
+            columns = self.columns(first, count)
+        else:
+            columns = self._fields(self._mapped_records(into, first, count), first, count)
         return columns, columns_crc32(columns)
 
     def blocks(self, start: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
         """Every sample from `start` on, as column blocks of about BLOCK_BYTES read,
         each with its checksum. The next block is read, split into columns and
-        checksummed in a thread while the caller writes this one (numpy, zlib and file
-        reads release the GIL); two buffers alternate."""
+        checksummed in a thread while the caller writes this one (numpy, the checksum
+        and HDF5 writes release the GIL). Records are split into two sets of arrays
+        used in turn, so a block's columns are valid until the next block is asked for."""
         per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
         size = max(1, BLOCK_BYTES // per_sample)
-        buffers = [np.empty(size * self.spec.record.size, np.uint8) for _ in range(2)]
         firsts = range(start, self.count, size)
+        rows = min(size, max(0, self.count - start))
+        into = [None] * 2 if self.windows else [RecordColumns(self.spec, rows) for _ in range(2)]
         with ThreadPoolExecutor(1) as pool:
             def submit(n: int):
                 first = firsts[n]
-                return pool.submit(self._block, first, min(size, self.count - first),
-                                   buffers[n % 2])
+                return pool.submit(self._block, first, min(size, self.count - first), into[n % 2])
 
             pending = submit(0) if firsts else None
             for n in range(len(firsts)):
