@@ -23,7 +23,7 @@ import psutil
 import torch
 
 from packer.checks import check_file
-from packer.decode import IMAGE_FIELDS, decode_image, image_tensor
+from packer.decode import IMAGE_FIELDS, rgb8_tensor
 from packer.errors import UsageProblem
 from packer.loader import open_dataset
 from packer.manifest import MANIFEST_NAME, load_manifest
@@ -68,7 +68,7 @@ class LooseImages(torch.utils.data.Dataset):
         with open(path, "rb") as file:
             data = file.read()
         if self.decode:
-            data = image_tensor(decode_image(data, self.size, Path(path).suffix[1:].lower()))
+            data = rgb8_tensor(data, self.size, Path(path).suffix[1:].lower())
         return {"__key__": path, "jpg": data, "cls": label}
 
 
@@ -175,7 +175,7 @@ def decode_limit(reader: Reader, image_size: int, sample_count: int = 500) -> fl
     images = [read_file(p) for p in reader.files[:sample_count]]
     began = time.perf_counter()
     for data in images:
-        image_tensor(decode_image(data, (image_size, image_size)))
+        rgb8_tensor(data, (image_size, image_size))
     rate = len(images) / (time.perf_counter() - began)
     return rate * (os.cpu_count() or 1)
 

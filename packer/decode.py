@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from packer.checks import PIL_FORMATS
@@ -49,9 +50,10 @@ def to_rgb8(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None
-                 ) -> Image.Image:
-    """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given.
+def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
+                 resize: bool = True) -> Image.Image:
+    """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given
+    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes).
     `kind` (the field's extension) spares PIL from trying every format."""
     hint = PIL_FORMATS.get(kind)
     try:
@@ -64,13 +66,24 @@ def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = N
     if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
         image = ImageOps.exif_transpose(image)
     image = to_rgb8(image)
-    if size is not None and image.size != (size[1], size[0]):
+    if resize and size is not None and image.size != (size[1], size[0]):
         image = image.resize((size[1], size[0]), Image.BILINEAR)
     return image
 
 
 def image_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+
+def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None
+                ) -> torch.Tensor:
+    """Bytes to a uint8 (3, H, W) tensor, resized to `size` if given. torch resizes
+    with the same antialiased bilinear filter as PIL (within 1 of 255), in half the
+    time."""
+    pixels = image_tensor(decode_image(data, size, kind, resize=False))
+    if size is None or tuple(pixels.shape[1:]) == size:
+        return pixels
+    return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
 
 
 def _field_kind(name: str) -> str:
@@ -97,8 +110,9 @@ class Decoder:
         if kind in IMAGE_FIELDS:
             if self.mode == "raw":
                 return value
-            image = decode_image(value, self.size, kind)
-            return image if self.mode == "pil" else image_tensor(image)
+            if self.mode == "rgb8":
+                return rgb8_tensor(value, self.size, kind)
+            return decode_image(value, self.size, kind)
         if kind == "cls":
             return int(value)
         if kind == "npy":

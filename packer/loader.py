@@ -13,6 +13,8 @@ opened lazily in the process that reads, never inherited across fork, so `spawn`
 works as well as `fork`.
 """
 
+import gc
+import os
 import warnings
 
 import torch
@@ -91,6 +93,7 @@ class PackedDataset(IterableDataset):
                 self._emitted += 1
                 yield sample
         else:
+            _freeze_inherited_objects()
             yield from self.iter_worker(info.id, info.num_workers)
 
     def iter_worker(self, worker: int, num_workers: int):
@@ -178,6 +181,18 @@ class PackedDataset(IterableDataset):
                                  f"{getattr(self, name)}")
         self._resume = dict(state)
         self.epoch = state["epoch"]
+
+
+_FROZEN_IN: set[int] = set()
+
+
+def _freeze_inherited_objects() -> None:
+    """In a forked worker, keep the garbage collector off the objects inherited from
+    the parent: walking them writes to their pages, which copies every page the
+    parent shares (a third of a worker's time on raw reads)."""
+    if os.getpid() not in _FROZEN_IN:
+        _FROZEN_IN.add(os.getpid())
+        gc.freeze()
 
 
 def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,

@@ -75,3 +75,13 @@ def test_unknown_decode_mode_is_refused():
 def test_an_image_named_for_another_format_still_decodes():
     png = encoded(Image.new("RGB", (3, 2), (5, 6, 7)), "PNG")
     assert rgb8(png, "jpg")[:, 0, 0].tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("size", [(40, 30), (32, 32), (70, 90)])
+def test_resizing_matches_pil_bilinear_within_one_level(size):
+    pixels = np.random.default_rng(0).integers(0, 256, (57, 83, 3), np.uint8)
+    image = Image.fromarray(pixels)
+    expected = np.asarray(image.resize((size[1], size[0]), Image.BILINEAR)).astype(int)
+    tensor = rgb8(encoded(image, "PNG"), image_size=size)
+    assert tensor.shape == (3, *size)
+    assert np.abs(tensor.permute(1, 2, 0).numpy().astype(int) - expected).max() <= 1
