@@ -130,8 +130,7 @@ class Scan:
         samples = []
         for stem_path, members in groups.items():
             key = encode_key(stem_path)
-            main_files = [m for m in members if m[0].lower() not in SIDECAR_FIELDS]
-            if len(members) == 1 or self.group_by_stem or len(main_files) <= 1:
+            if len(members) == 1 or self.group_by_stem or _main_files(members) <= 1:
                 samples.append(SampleSource(key, members))
                 continue
             notes.shared_stems.append(stem_path)
@@ -167,6 +166,11 @@ class Scan:
         notes.labelled.update(names)
         sample.label = self.labels[names[0]]
         return True
+
+
+def _main_files(members: list[tuple[str, str]]) -> int:
+    """How many of a stem's files are not sidecars."""
+    return sum(field_name.lower() not in SIDECAR_FIELDS for field_name, _ in members)
 
 
 def _dir_id(path: Path) -> tuple[int, int]:
