@@ -23,7 +23,9 @@ and the median run. Epoch time includes starting the DataLoader's workers.
 2. raw (bytes only), cold: before each run every file of the reader gets
    posix_fadvise(DONTNEED) (data pages only; dentries and inodes stay cached, and
    a host page cache under a VM is not touched: the cold/warm probe shows it).
-   `cat` of the shards after the same drop is the I/O ceiling. Loose files are
+   `cat` of the shards after the same drop is the I/O ceiling; a DataLoader over
+   a dataset that reads nothing (the same dict every sample) is the ceiling of
+   any reader that goes through a DataLoader with these workers and batch size. Loose files are
    batched as lists (collate_fn=list); packer with the default collate (lists of
    bytes and keys, a `cls` tensor), as a user gets it.
 3. peak RSS of the process tree (main + workers, summed RSS, sampled every 20 ms,
@@ -100,6 +102,21 @@ class LooseFiles(Dataset):
                 return file.read(), label
         with Image.open(io.BytesIO(_BLOBS[index]) if self.memory else path) as image:
             return to_tensor(image, self.size), label
+
+
+class ReadsNothing(torch.utils.data.IterableDataset):
+    """As many samples as the data, each the same small dict, split over the workers:
+    the DataLoader's own ceiling, what any reader through it can at most reach."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        sample = {"__key__": "class_00/000000", "jpg": b"", "cls": 0}
+        for _ in range(worker, self.count, workers):
+            yield sample
 
 
 def plain_webdataset(urls: list[str], size: int):
@@ -321,6 +338,8 @@ def main() -> None:
         with open(os.devnull, "wb") as null:
             subprocess.run(["cat", *shards], stdout=null, check=True)
         return [{"__key__": [None] * len(items)}]
+    raw.append(measure("DataLoader, reads nothing", lambda: torch.utils.data.DataLoader(
+        ReadsNothing(len(items)), batch_size=bs, num_workers=nw), args.repeat))
     raw.append(measure("cat of the shards (I/O ceiling)", cat_loader, args.repeat, shards))
 
     print("\n3. peak RSS of the process tree, packer wds, decode mode, one epoch")

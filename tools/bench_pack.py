@@ -9,6 +9,9 @@ made in a temporary folder first. Every row runs as a subprocess, --repeat times
 on a warm page cache (every input file is read once before the runs):
 
     tar cf                      the floor: `tar --hard-dereference -cf OUT.tar -C DIR .`
+    python read+write           the floor for any Python packer: a sorted walk that
+                                reads every file and appends its bytes to one file
+                                (no headers, no checks, no checksum)
     webdataset, check header    `packer pack DIR --to webdataset ...` per --workers
     webdataset, check decode    the same with `--check decode` per --workers
     lmdb / hdf5, check header   workers 1
@@ -46,6 +49,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_images import make_images  # noqa: E402
 
 POLL_SECONDS = 0.02
+PYTHON_FLOOR = """
+import os, sys
+def walk(folder):
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.is_dir():
+            yield from walk(entry.path)
+        else:
+            yield entry.path
+with open(sys.argv[2], "wb") as out:
+    for path in walk(sys.argv[1]):
+        with open(path, "rb") as file:
+            out.write(file.read())
+"""
 
 
 def machine() -> dict:
@@ -166,7 +182,9 @@ def bench(data: Path, work: Path, args) -> dict:
     def tar(source: Path) -> list:  # hard links as data, as packer stores them
         return ["tar", "--hard-dereference", "-cf", str(work / "out.tar"), "-C", str(source), "."]
 
-    plan = [("tar cf", tar(data), work / "out.tar")]
+    plan = [("tar cf", tar(data), work / "out.tar"),
+            ("python read+write", [sys.executable, "-c", PYTHON_FLOOR, str(data),
+                                   str(work / "floor.bin")], work / "floor.bin")]
     plan += [(f"webdataset header  workers {w}", pack(data, "webdataset", work / "wds", w),
               work / "wds") for w in workers]
     plan += [(f"webdataset decode  workers {w}",
