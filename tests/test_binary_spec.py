@@ -288,7 +288,9 @@ def test_record_columns_equal_record_arrays_when_reused(order, tmp_path):
     columns = RecordColumns(dump.spec, 5)
     for start, count in ((0, 5), (5, 4)):
         raw = dump.records(start, count, native=False)
-        filled, expected = columns.fill(raw), record_arrays(raw, dump.spec)
+        columns.fill(raw[2:], at=2)
+        columns.fill(raw[:2])
+        filled, expected = columns.rows(count), record_arrays(raw, dump.spec)
         assert list(filled) == list(expected)
         for name, values in expected.items():
             assert filled[name].dtype == values.dtype and filled[name].shape == values.shape

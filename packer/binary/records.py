@@ -20,9 +20,9 @@ Values stay in the field's own type (native byte order) unless `as_float32=True`
 (bytes fields stay uint8).
 
 To split many ranges of records without allocating per range, `columns =
-RecordColumns(spec, rows)` holds one array per field, and `columns.fill(records)`
-copies up to `rows` records into them and returns the same arrays as
-`record_arrays`, as views of the first `len(records)` rows.
+RecordColumns(spec, rows)` holds one array per field: `columns.fill(records, at)`
+copies records into rows `at..`, and `columns.rows(n)` gives the first n rows as
+`record_arrays` would (views, valid until the next fill).
 """
 
 from dataclasses import dataclass
@@ -64,13 +64,16 @@ class RecordColumns:
         else:
             self.targets = self.arrays
 
-    def fill(self, records: np.ndarray) -> dict:
-        """The records (in the spec's byte order) as {field name: (n, *field shape)}."""
-        rows = len(records)
+    def fill(self, records: np.ndarray, at: int = 0) -> None:
+        """Copies records (in the spec's byte order) into rows at..at+len(records)-1."""
+        stop = at + len(records)
         records = records.view(self.dtype)
         for name, target in self.targets.items():
-            np.copyto(target[:rows], records[name])
-        return {name: array[:rows] for name, array in self.arrays.items()}
+            np.copyto(target[at:stop], records[name])
+
+    def rows(self, count: int) -> dict:
+        """The first `count` rows as {field name: (count, *field shape)}."""
+        return {name: array[:count] for name, array in self.arrays.items()}
 
 
 def _opaque(dtype: np.dtype) -> np.dtype:

@@ -119,9 +119,12 @@ class BinaryDump:
             return self.record_labels[last]
         return self.record_labels[first:first + count]
 
-    def _mapped_records(self, into: RecordColumns, first: int, count: int) -> dict:
-        """Records first..first+count-1 split into `into`, read through a memory map of
-        their range: no copy into a read buffer, and the map is gone on return."""
+    def _map_into(self, into: RecordColumns, first: int, count: int, at: int) -> None:
+        """Records first..first+count-1 split into rows at.. of `into`, read through a
+        memory map of their range: no copy into a read buffer, and the map is gone on
+        return."""
+        if not count:
+            return
         size = self.spec.record.size
         start = self.dump.data_offset + first * size
         base = start - start % mmap.ALLOCATIONGRANULARITY
@@ -132,19 +135,24 @@ class BinaryDump:
             except ValueError:
                 raise PackerError(f"{self.path}: the file shrank while it was read") from None
         with mapped:
-            return into.fill(np.frombuffer(mapped, self.spec.record_dtype, count, start - base))
+            into.fill(np.frombuffer(mapped, self.spec.record_dtype, count, start - base), at)
 
-    def _block(self, first: int, count: int, into: RecordColumns | None) -> tuple[dict, int]:
+    def _block(self, first: int, count: int, into: RecordColumns | None,
+               helper: ThreadPoolExecutor) -> tuple[dict, int]:
         if into is None:
             columns = self.columns(first, count)
-        else:
-            columns = self._fields(self._mapped_records(into, first, count), first, count)
+        else:  # the second half of the records is split in the helper thread meanwhile
+            half = count // 2
+            other = helper.submit(self._map_into, into, first + half, count - half, half)
+            self._map_into(into, first, half, 0)
+            other.result()
+            columns = self._fields(into.rows(count), first, count)
         return columns, columns_crc32(columns)
 
     def blocks(self, start: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
         """Every sample from `start` on, as column blocks of about BLOCK_BYTES read,
-        each with its checksum. The next block is read, split into columns and
-        checksummed in a thread while the caller writes this one (numpy, the checksum
+        each with its checksum. The next block is read, split into columns (by two
+        threads) and checksummed while the caller writes this one (numpy, the checksum
         and HDF5 writes release the GIL). Records are split into two sets of arrays
         used in turn, so a block's columns are valid until the next block is asked for."""
         per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
@@ -152,10 +160,11 @@ class BinaryDump:
         firsts = range(start, self.count, size)
         rows = min(size, max(0, self.count - start))
         into = [None] * 2 if self.windows else [RecordColumns(self.spec, rows) for _ in range(2)]
-        with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(1) as pool, ThreadPoolExecutor(1) as helper:
             def submit(n: int):
                 first = firsts[n]
-                return pool.submit(self._block, first, min(size, self.count - first), into[n % 2])
+                return pool.submit(self._block, first, min(size, self.count - first),
+                                   into[n % 2], helper)
 
             pending = submit(0) if firsts else None
             for n in range(len(firsts)):
