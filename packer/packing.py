@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tqdm import tqdm
-
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
@@ -240,10 +238,30 @@ def _unspool(chunk: Chunk) -> Chunk:
     return chunk._replace(blob=blob, spool=None)
 
 
+class _NoBar:
+    def update(self, count: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(options: PackOptions, **settings):
+    """A tqdm bar, or with -q one that shows nothing (and spares importing tqdm)."""
+    if not options.progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(**settings)
+
+
 def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
     """Column blocks straight into the writer: no per-sample step, one part per block."""
-    bar = tqdm(total=source.count, initial=tally.next_input, unit="sample",
-               disable=not options.progress, desc=f"packing to {options.to}", unit_scale=True)
+    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
+                        desc=f"packing to {options.to}", unit_scale=True)
     for columns, crc32 in source.blocks(tally.next_input):
         rows = writer.add_block(columns, crc32)
         tally.add_block(columns)
@@ -261,8 +279,8 @@ def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: Pack
     jobs = ((read_job, job, options.to,
              str(spool / f"{n:08d}") if options.workers > 1 else None)
             for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
-    bar = tqdm(total=total, initial=start, unit="sample", disable=not options.progress,
-               desc=f"packing to {options.to}", dynamic_ncols=True)
+    bar = _progress_bar(options, total=total, initial=start, unit="sample",
+                        desc=f"packing to {options.to}", dynamic_ncols=True)
     began, first_bytes = time.perf_counter(), tally.input_bytes
     index = start
     for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):

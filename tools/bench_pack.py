@@ -22,6 +22,9 @@ on a warm page cache (every input file is read once before the runs):
                                 files per folder), deep in a subfolder per copy
                                 (as many files per folder, SCALE times the folders)
 
+packer's modules are byte-compiled first, as an install does (under
+PYTHONDONTWRITEBYTECODE every run would compile them again).
+
 Reported per row: files/s and MB/s of input (best and median of the repeats),
 the speed relative to `tar cf` on the same folder, and the peak RSS of the whole
 process tree (the process and all its children, summed, sampled every 20 ms; the
@@ -46,6 +49,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_binary import compile_packer  # noqa: E402
 from make_images import make_images  # noqa: E402
 
 POLL_SECONDS = 0.02
@@ -166,6 +170,7 @@ def measure(name: str, command: list[str], output: Path, files: int, size: int,
 
 def bench(data: Path, work: Path, args) -> dict:
     packer = packer_command()
+    compile_packer()
     workers = [int(w) for w in args.workers.split(",")]
     where = subprocess.run([sys.executable, "-c", "import packer; print(packer.__version__, "
                             "packer.__file__)"], capture_output=True, text=True).stdout.split()
