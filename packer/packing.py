@@ -116,6 +116,8 @@ class Tally:
             self.input_bytes += size
 
     def _add_labels(self, labels: list) -> None:
+        if not self.class_counts:  # no classes: a `cls` field is a sidecar file, not a label
+            return
         for label, count in Counter(labels).items():
             if label is not None:
                 self.class_counts[label] += count

@@ -141,3 +141,19 @@ def test_lmdb_map_grows_past_a_small_start(image_folder, tmp_path, monkeypatch):
     assert env.info()["map_size"] > 32 << 10
     env.close()
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_cls_sidecars_of_an_unlabelled_folder_are_carried(fmt, tmp_path):
+    from conftest import image_bytes
+
+    source = tmp_path / "flat"
+    source.mkdir()
+    for i in range(3):
+        (source / f"img{i}.jpg").write_bytes(image_bytes(i))
+    (source / "img1.cls").write_bytes(b"3\n")
+    run("pack", source, "--to", fmt, "-o", tmp_path / "out", "-q")
+    samples = {s["__key__"]: s for s in iter_samples(tmp_path / "out")}
+    assert samples["img1"]["cls"] == b"3\n" and "cls" not in samples["img0"]
+    run("unpack", tmp_path / "out", "-o", tmp_path / "back", "-q")
+    assert source_files(tmp_path / "back") == source_files(source)
