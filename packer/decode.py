@@ -94,10 +94,11 @@ class Decoder:
     """Decodes one sample dict; picklable, so it travels to spawned workers."""
 
     def __init__(self, mode: str = "rgb8", image_size=None,
-                 decoders: dict[str, Callable] | None = None):
+                 decoders: dict[str, Callable] | None = None, image_key: str | None = None):
         if mode not in DECODE_MODES:
             raise ValueError(f"decode={mode!r}: use one of {', '.join(DECODE_MODES)}")
         self.mode, self.size, self.decoders = mode, _size(image_size), decoders or {}
+        self.image_key = image_key  # every image field is renamed to this, when given
 
     def field(self, name: str, value):
         if name in self.decoders:
@@ -124,5 +125,10 @@ class Decoder:
         return value
 
     def __call__(self, sample: dict) -> dict:
-        return {name: value if name == KEY else self.field(name, value)
-                for name, value in sample.items()}
+        decoded = {name: value if name == KEY else self.field(name, value)
+                   for name, value in sample.items()}
+        if self.image_key:
+            images = [name for name in decoded if _field_kind(name) in IMAGE_FIELDS]
+            if len(images) == 1:
+                decoded[self.image_key] = decoded.pop(images[0])
+        return decoded

@@ -23,7 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from packer import plan
 from packer.dataset import Source, open_source
-from packer.decode import Decoder
+from packer.decode import IMAGE_FIELDS, Decoder
 from packer.formats.base import KEY
 
 ON_ERROR = ("warn", "skip", "raise")
@@ -55,7 +55,10 @@ class PackedDataset(IterableDataset):
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
         self.source, self.shuffle, self.seed = source, shuffle, seed
-        self.decoder, self.transform = Decoder(decode, image_size, decoders), transform
+        self.image_field = image_field(source)
+        self.decoder = Decoder(decode, image_size, decoders,
+                               image_key=self.image_field if self.image_field == "image" else None)
+        self.transform = transform
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
         self.holdout = holdout
@@ -181,6 +184,19 @@ class PackedDataset(IterableDataset):
                                  f"{getattr(self, name)}")
         self._resume = dict(state)
         self.epoch = state["epoch"]
+
+
+def image_field(source: Source) -> str | None:
+    """The key images come under: the dataset's image field; or "image" when samples
+    of one image each use several (jpg and png, or jpg and JPG), so that every sample
+    has the same keys; None when samples hold several images (image + mask pairs)."""
+    manifest = source.manifest or {}
+    fields = manifest.get("fields", {})
+    names = [name for name in fields if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    if len(names) == 1:
+        return names[0]
+    one_each = sum(fields[name].get("count", 0) for name in names) <= manifest.get("count", 0)
+    return "image" if names and one_each else None
 
 
 _FROZEN_IN: set[int] = set()

@@ -174,3 +174,29 @@ def test_holdout_splits_the_dataset_in_two_exact_parts(packed, fmt):
     assert sorted(train_keys + val_keys) == sorted(keys_of(packed[fmt]))
     assert 0.15 < len(val) / 150 < 0.3
     assert len({k.split("/")[0] for k in val_keys}) >= 2  # spread over the dataset
+
+
+def test_mixed_image_extensions_come_under_one_key(tmp_path):
+    images = tmp_path / "mixed"
+    for folder, names in {"a": ["1.jpg", "2.JPG"], "b": ["3.png", "4.jpg"]}.items():
+        (images / folder).mkdir(parents=True)
+        for number, name in enumerate(names):
+            fmt = "PNG" if name.endswith("png") else "JPEG"
+            (images / folder / name).write_bytes(image_bytes(number, fmt, size=(10, 8)))
+    run("pack", images, "-o", tmp_path / "wds", "-q")
+    ds = packer.open_dataset(tmp_path / "wds", image_size=8)
+    assert ds.image_field == "image"
+    batch = next(iter(packer.DataLoader(ds, batch_size=4, num_workers=0)))
+    assert batch["image"].shape == (4, 3, 8, 8) and batch["cls"].tolist() == [0, 0, 1, 1]
+
+
+def test_image_pairs_keep_their_fields(tmp_path):
+    images = tmp_path / "pairs"
+    images.mkdir()
+    for number in range(3):
+        (images / f"{number}.jpg").write_bytes(image_bytes(number, size=(10, 8)))
+        (images / f"{number}.png").write_bytes(image_bytes(number, "PNG", size=(10, 8)))
+    run("pack", images, "-o", tmp_path / "wds", "--group-by-stem", "-q")
+    ds = packer.open_dataset(tmp_path / "wds")
+    assert ds.image_field is None
+    assert {"jpg", "png"} <= set(next(iter(ds)))
