@@ -19,6 +19,7 @@ class TrainConfig:
     model: str = "auto"
     num_classes: int | None = None
     image_size: int = 64
+    inputs: str | None = None  # array fields that make the input, "a,b" (None: the default)
     epochs: int = 10
     batch_size: int = 64
     workers: int = 2
@@ -42,7 +43,6 @@ class TrainConfig:
     patience: int | None = None
     augment: bool = True
     seed: int = 0
-    limit: int | None = None  # train on the first N samples only (overfit mode)
     weights: str | None = None
     freeze_backbone: bool = False
     resume: bool = False

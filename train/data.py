@@ -1,6 +1,7 @@
 """What the data is (from the manifest) and how batches become model inputs."""
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -14,6 +15,22 @@ from packer.sources.files import scan_folder
 from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
+STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
+
+
+@dataclass(frozen=True)
+class AsTraining:
+    """A --val sample in the training data's terms: its class id mapped by class name,
+    its image under the training data's image key."""
+    labels: tuple[int, ...] | None  # --val class id -> training class id
+    keys: tuple[tuple[str, str], ...] = ()  # (--val field, training field)
+
+    def __call__(self, sample: dict) -> dict:
+        for old, new in self.keys:
+            sample[new] = sample.pop(old)
+        if self.labels is not None:
+            sample["cls"] = self.labels[int(sample["cls"])]
+        return sample
 
 
 @dataclass
@@ -24,31 +41,41 @@ class DataInfo:
     task: str  # "classify", "multilabel" or "regress"
     classes: list[str] | None
     class_counts: list[int] | None
-    input_shape: tuple  # of one sample: (3, H, W), (F,) or (C, T)
-    stats: dict | None  # per-feature mean and std for vectors, from the manifest
+    input_shape: tuple  # of one sample: (C, H, W), (F,) or (C, T)
+    stats: dict | None  # per-channel (vectors: per-feature) mean and std of array inputs
     files: list | None = None  # a loose image folder: (path, class id) per image
     targets: int = 1  # regression: values per sample
+    val_transform: AsTraining | None = None  # --val samples in the training data's terms
 
     @property
     def num_outputs(self) -> int:
         return len(self.classes) if self.task in ("classify", "multilabel") else self.targets
 
-
-def _array_fields(fields: dict) -> list[str]:
-    return [n for n, f in fields.items() if n.endswith("npy") and "shape" in f]
+    @property
+    def decoded_images(self) -> bool:
+        """Images the loader decodes (not arrays of pixels)."""
+        return self.kind == "image" and not self.inputs[0].endswith(".npy")
 
 
 def describe(config: TrainConfig) -> DataInfo:
     """Read the manifest; fail before training when the data cannot serve the task."""
     if not (Path(config.data) / MANIFEST_NAME).is_file() and Path(config.data).is_dir():
         return _describe_loose(config)
-    manifest = packer.load_manifest(config.data)
+    info = _describe_packed(config.data, config)
+    if config.val is not None:
+        val = _describe_packed(config.val, replace(config, task=info.task, num_classes=None))
+        info.val_transform = _as_training(info, val, config.val)
+    if info.stats is None and not info.decoded_images:
+        info.stats = _sample_stats(info, config)
+    return info
+
+
+def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
+    manifest = packer.load_manifest(path)
     fields = manifest["fields"]
-    images = [n for n in fields if n.lower() in IMAGE_FIELDS]
     label = next((n for n in ("cls", "target", "target.npy") if n in fields), None)
-    arrays = [n for n in _array_fields(fields) if n != label]
     if label is None:
-        raise PackerError(f"{config.data}: the samples have no labels (no cls or target "
+        raise PackerError(f"{path}: the samples have no labels (no cls or target "
                           "field), so there is nothing to learn")
     width = (fields[label].get("shape") or [1])[0] if label != "cls" else 1
     table = manifest.get("table") or {}
@@ -58,23 +85,97 @@ def describe(config: TrainConfig) -> DataInfo:
         task = "classify" if label == "cls" else "multilabel" if several else "regress"
     classes = table.get("label_columns") if task == "multilabel" else manifest.get("classes")
     if task in ("classify", "multilabel") and not classes:
-        raise PackerError(f"{config.data}: no class names in the manifest for --task {task}")
+        raise PackerError(f"{path}: no class names in the manifest for --task {task}")
     if config.num_classes is not None and classes and config.num_classes != len(classes):
-        raise PackerError(f"--num-classes {config.num_classes}, but {config.data} has "
+        raise PackerError(f"--num-classes {config.num_classes}, but {path} has "
                           f"{len(classes)} classes: {', '.join(classes[:10])}")
-    if images:
-        kind, inputs, shape = "image", images[:1], (3, config.image_size, config.image_size)
-    elif len(arrays) == 1 and len(fields[arrays[0]]["shape"]) == 1:
-        kind, inputs, shape = "vector", arrays, tuple(fields[arrays[0]]["shape"])
-    elif arrays:
-        lengths = {fields[n]["shape"][0] for n in arrays}
-        channels = sum(_channels(fields[n]["shape"]) for n in arrays)
-        kind, inputs, shape = "sequence", arrays, (channels, lengths.pop())
+    image = _image_key(fields, manifest["count"])
+    if image and not config.inputs:
+        kind, inputs, shape = "image", [image], (3, config.image_size, config.image_size)
     else:
-        raise PackerError(f"{config.data}: no image or array field to train on "
-                          f"(fields: {', '.join(fields)})")
+        inputs = _input_fields(path, fields, label, config.inputs)
+        kind, shape = _array_kind(fields, inputs)
+    stats = _feature_stats(manifest) if kind == "vector" else None
+    if stats and len(stats["mean"]) != shape[0]:
+        stats = None  # the table's features are not the whole input
     return DataInfo(kind, inputs, label, task, classes, manifest.get("class_counts"), shape,
-                    _feature_stats(manifest), targets=width)
+                    stats, targets=width)
+
+
+def _image_key(fields: dict, count: int) -> str | None:
+    """The key images come under: the one image field; "image" when samples of one
+    image each use several (jpg and png, or jpg and JPG), as the loader yields them."""
+    names = [n for n in fields if n.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    if len(names) > 1 and sum(fields[n].get("count", 0) for n in names) <= count:
+        return "image"
+    return names[0] if names else None
+
+
+def _input_fields(path: str, fields: dict, label: str, chosen: str | None) -> list[str]:
+    """--inputs, or every float array and every integer array that is not a time stamp."""
+    arrays = [n for n, f in fields.items() if n.endswith("npy") and "shape" in f and n != label]
+    if chosen:
+        names = {n.removesuffix(".npy"): n for n in arrays}
+        unknown = [n for n in chosen.split(",") if n.removesuffix(".npy") not in names]
+        if unknown:
+            raise PackerError(f"--inputs: {path} has no array field {', '.join(unknown)} "
+                              f"(array fields: {', '.join(names) or 'none'})")
+        return [names[n.removesuffix(".npy")] for n in chosen.split(",")]
+    inputs = [n for n in arrays if fields[n]["dtype"].startswith("float") or
+              "time" not in n.lower()]
+    if inputs:
+        return inputs
+    ragged = [n for n, f in fields.items() if n.endswith("npy") and "shape" not in f]
+    if ragged:
+        raise PackerError(f"{path}: the arrays in {', '.join(ragged)} differ in length from "
+                          "sample to sample (such as audio clips of different durations), so "
+                          "they cannot be batched: cut them to one length before packing (from "
+                          "one binary dump: pack windows of one length, --window N)")
+    raise PackerError(f"{path}: no image or array field to train on (fields: "
+                      f"{', '.join(fields)}; time stamps are left out unless --inputs "
+                      "names them)")
+
+
+def _array_kind(fields: dict, inputs: list[str]) -> tuple[str, tuple]:
+    """A 2-D uint8 array is a one-channel image; arrays of at most one dimension make a
+    feature vector; longer ones a (channels, time) sequence."""
+    shapes = [fields[n]["shape"] for n in inputs]
+    if len(inputs) == 1 and len(shapes[0]) == 2 and fields[inputs[0]]["dtype"] == "uint8":
+        return "image", (1, *shapes[0])
+    if all(len(s) <= 1 for s in shapes):
+        return "vector", (sum(math.prod(s) for s in shapes),)
+    lengths = {s[0] if s else 1 for s in shapes}
+    if len(lengths) > 1:
+        raise PackerError(f"--inputs {','.join(inputs)}: the arrays differ in length "
+                          f"({', '.join(f'{n} {s}' for n, s in zip(inputs, shapes, strict=True))})"
+                          "; choose fields of the same length")
+    return "sequence", (sum(math.prod(s[1:]) for s in shapes), lengths.pop())
+
+
+def _as_training(info: DataInfo, val: DataInfo, path: str) -> AsTraining | None:
+    """How --val samples become the training data's: the same inputs, class ids by name."""
+    if (val.kind, val.input_shape, val.label) != (info.kind, info.input_shape, info.label):
+        raise PackerError(f"--val {path}: its samples hold {val.kind} {list(val.input_shape)} "
+                          f"with label {val.label}, the training data's {info.kind} "
+                          f"{list(info.input_shape)} with label {info.label}")
+    if not info.decoded_images and val.inputs != info.inputs:
+        raise PackerError(f"--val {path}: input fields {', '.join(val.inputs)}, the training "
+                          f"data's {', '.join(info.inputs)}")
+    labels = _val_labels(info, val.classes, path)
+    keys = tuple((v, t) for v, t in zip(val.inputs, info.inputs, strict=True) if v != t)
+    return AsTraining(labels, keys) if labels or keys else None
+
+
+def _val_labels(info: DataInfo, classes: list[str] | None, path: str) -> tuple | None:
+    """--val class ids mapped to the training ids by name (None: the same classes)."""
+    if classes == info.classes:
+        return None
+    unknown = [c for c in classes if c not in info.classes]
+    if info.task != "classify" or unknown:
+        named = unknown if info.task == "classify" else classes
+        raise PackerError(f"--val {path}: classes unknown to the training data: "
+                          f"{', '.join(named)} (training classes: {', '.join(info.classes)})")
+    return tuple(info.classes.index(c) for c in classes)
 
 
 def _feature_stats(manifest: dict) -> dict | None:
@@ -84,6 +185,20 @@ def _feature_stats(manifest: dict) -> dict | None:
         return None
     stats = [table["stats"][name] for name in table["features"]]
     return {"mean": [s["mean"] for s in stats], "std": [s["std"] or 1.0 for s in stats]}
+
+
+def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
+    """Per-channel mean and std of the array inputs over the first training samples
+    (the same on every rank)."""
+    split = _split(config)
+    data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
+                               holdout=(split, "train") if split else None)
+    batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
+    values = _arrays(batch, info, torch.device("cpu")).double()
+    dims = [d for d in range(values.ndim) if d != 1]
+    std = values.std(dim=dims, correction=0)
+    return {"mean": values.mean(dim=dims).tolist(),
+            "std": torch.where(std > 1e-8, std, 1.0).tolist()}
 
 
 def _describe_loose(config: TrainConfig) -> DataInfo:
@@ -100,55 +215,75 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):
     order = torch.randperm(len(info.files), generator=torch.Generator().manual_seed(0))
-    held = int(len(order) * (config.val_split if config.val is None else 0))
+    held = int(len(order) * _split(config))
+    _check_held(held, config, len(order))
     pick = [info.files[i] for i in order.tolist()]
     train = LooseImages(pick[held:], config.image_size)
     return train, (LooseImages(pick[:held], config.image_size) if held else None)
 
 
-def _channels(shape: list[int]) -> int:
-    channels = 1
-    for size in shape[1:]:
-        channels *= size
-    return channels
+def _split(config: TrainConfig) -> float:
+    """The fraction of DATA held out for validation (0: none)."""
+    return config.val_split if config.val is None else 0.0
+
+
+def _check_held(held: int, config: TrainConfig, total: int) -> None:
+    if config.val is None and config.val_split > 0 and held == 0:
+        raise PackerError(f"--val-split {config.val_split} holds out no sample of the "
+                          f"{total:,} in {config.data}: use a larger --val-split, --val "
+                          "OTHER, or --val-split 0 to train without validation")
 
 
 def datasets(info: DataInfo, config: TrainConfig):
     """Train and validation datasets (validation None when there is none)."""
     if info.files is not None:
         return _loose_datasets(info, config)
-    options = {"decode": "rgb8" if info.kind == "image" else "raw",
-               "image_size": config.image_size if info.kind == "image" else None,
+    options = {"decode": "rgb8" if info.decoded_images else "raw",
+               "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed}
-    split = config.val_split if config.val is None and config.val_split > 0 else None
+    split = _split(config)
     train = packer.open_dataset(config.data, shuffle=True,
                                 holdout=(split, "train") if split else None, **options)
     if config.val is not None:
-        val = packer.open_dataset(config.val, **options)
-    elif split:
-        val = packer.open_dataset(config.data, holdout=(split, "val"), **options)
-    else:
-        val = None
+        return train, packer.open_dataset(config.val, transform=info.val_transform, **options)
+    if not split:
+        return train, None
+    val = packer.open_dataset(config.data, holdout=(split, "val"), **options)
+    _check_held(val.total, config, train.source.count)
     return train, val
 
 
 def to_inputs(batch: dict, info: DataInfo, device: torch.device,
               channels_last: bool = False) -> torch.Tensor:
-    """A collated batch's input tensor, on the device, as float."""
-    if info.kind == "image":
+    """A collated batch's input tensor, on the device, as float and normalised."""
+    if info.decoded_images:
         images = batch[info.inputs[0]].to(device, non_blocking=True)
         images = (images.float() / 255 - IMAGE_MEAN) / IMAGE_STD
-        return images.contiguous(memory_format=torch.channels_last) if channels_last else images
-    if info.kind == "vector":
-        values = batch[info.inputs[0]].to(device, non_blocking=True).float()
-        if info.stats:
-            mean = torch.tensor(info.stats["mean"], device=device)
-            std = torch.tensor(info.stats["std"], device=device).clamp_min(1e-8)
-            values = (values - mean) / std
-        return values
+    else:
+        images = _normalise(_arrays(batch, info, device), info.stats)
+    if channels_last and info.kind == "image":
+        return images.contiguous(memory_format=torch.channels_last)
+    return images
+
+
+def _arrays(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:
+    """The array inputs as one float tensor: (B, 1, H, W) scaled to [0, 1], (B, F) or
+    (B, C, T)."""
     parts = [batch[n].to(device, non_blocking=True).float() for n in info.inputs]
+    if info.kind == "image":
+        return parts[0].unsqueeze(1) / 255
+    if info.kind == "vector":
+        return torch.cat([p.reshape(p.shape[0], -1) for p in parts], dim=1)
     parts = [p.reshape(p.shape[0], p.shape[1], -1) for p in parts]  # (B, T, channels)
-    return torch.cat(parts, dim=2).transpose(1, 2)  # (B, C, T)
+    return torch.cat(parts, dim=2).transpose(1, 2)
+
+
+def _normalise(values: torch.Tensor, stats: dict) -> torch.Tensor:
+    """(values - mean) / std per channel (dimension 1)."""
+    shape = (1, -1) + (1,) * (values.ndim - 2)
+    mean = torch.tensor(stats["mean"], device=values.device).view(shape)
+    std = torch.tensor(stats["std"], device=values.device).clamp_min(1e-8).view(shape)
+    return (values - mean) / std
 
 
 def to_targets(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:

@@ -25,10 +25,10 @@ class BasicBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A ResNet-style CNN for small images: a stem, three stages, pooling, a head."""
 
-    def __init__(self, outputs: int, width: int = 32, dropout: float = 0.0):
+    def __init__(self, outputs: int, width: int = 32, dropout: float = 0.0, channels: int = 3):
         super().__init__()
         self.backbone = nn.Sequential(
-            nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True),
+            nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True),
             BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
             BasicBlock(2 * width, 4 * width, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(4 * width, outputs))
@@ -82,10 +82,13 @@ def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float
     if family != kind:
         raise PackerError(f"--model {name} is for {family} data; this dataset holds "
                           f"{kind} data")
+    if name.startswith(TORCHVISION) and input_shape[0] != 3:
+        raise PackerError(f"--model {name} takes RGB images; these have {input_shape[0]} "
+                          "channel(s): use --model resnet")
     if name.startswith(TORCHVISION):
         return _torchvision_model(name.removeprefix(TORCHVISION), outputs)
     if name == "resnet":
-        return SmallResNet(outputs, dropout=dropout)
+        return SmallResNet(outputs, dropout=dropout, channels=input_shape[0])
     if name == "mlp":
         return MLP(input_shape[0], outputs, dropout=dropout)
     return CNN1D(input_shape[0], outputs, dropout=dropout)

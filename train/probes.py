@@ -34,9 +34,10 @@ def check(config: TrainConfig) -> dict:
     run = build(config, 1, info)
     inputs = torch.cat([to_inputs(b, info, run.device) for b in batches])
     targets = torch.cat([to_targets(b, info, run.device) for b in batches])
-    report = {"input_shape": list(inputs.shape[1:]), "input_dtype": str(inputs.dtype),
-              "layout": {"image": "channels first (C, H, W), RGB", "vector": "(features,)",
-                         "sequence": "(channels, time)"}[info.kind],
+    layouts = {"image": "channels first (C, H, W), " + ("RGB" if info.decoded_images else "grey"),
+               "vector": "(features,)", "sequence": "(channels, time)"}
+    report = {"inputs": ", ".join(info.inputs), "input_shape": list(inputs.shape[1:]),
+              "input_dtype": str(inputs.dtype), "layout": layouts[info.kind],
               "range_after_normalisation": [inputs.min().item(), inputs.max().item()],
               "mean_std_after_normalisation": [inputs.mean().item(), inputs.std().item()],
               "non_finite_inputs": int((~torch.isfinite(inputs)).sum().item()),
@@ -76,7 +77,9 @@ def _grid(batch: dict, info, path: Path) -> Path:
         label = batch[info.label][index]
         name = info.classes[int(label)] if info.classes else f"{float(label):.3g}"
         if info.kind == "image":
-            axis.imshow(batch[info.inputs[0]][index].permute(1, 2, 0).numpy())
+            image = batch[info.inputs[0]][index]
+            axis.imshow(image.permute(1, 2, 0).numpy() if image.ndim == 3 else image.numpy(),
+                        cmap="gray")
         else:
             axis.plot(torch.as_tensor(batch[info.inputs[0]][index]).float().reshape(
                 len(batch[info.inputs[0]][index]), -1).numpy())
