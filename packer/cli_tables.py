@@ -37,6 +37,10 @@ def inspect_table(path, sheet, header_row, skip_rows, delimiter, encoding, rows,
                else inspect_text(report))
 
 
+def _rows(count: int) -> str:
+    return f"{count:,} row" + ("" if count == 1 else "s")
+
+
 def table_text(manifest: dict) -> str:
     """What was taken from a table: features, labels, columns left out, rows with gaps."""
     table, source = manifest["table"], manifest["source"]
@@ -53,9 +57,19 @@ def table_text(manifest: dict) -> str:
     if table["left_out"]:
         lines.append("not features: " + "; ".join(f"{n!r} ({why})"
                                                   for n, why in table["left_out"].items()))
+    for name, origin in table.get("date_origins", {}).items():
+        lines.append(f"date {name!r}: seconds since {origin}")
+    for name, lost in table.get("float32_inexact", {}).items():
+        lines.append(f"column {name!r}: {lost['values']:,} whole numbers are not exact in "
+                     f"float32 (changed by up to {lost['largest_change']:g}); float32 holds "
+                     "whole numbers exactly up to 16,777,216: drop the column or use it as "
+                     "--key-column if it is an id")
     na = table["na"]
     if na["rows"]:
         done = {"drop": "dropped", "zero": "filled with 0", "mean": "filled with the mean"}
-        lines.append(f"{na['rows']:,} rows had empty or non-numeric feature cells: "
+        lines.append(f"{_rows(na['rows'])} had empty or non-numeric feature cells: "
                      f"{done[na['policy']]} (--na {na['policy']})")
+    if na.get("unlabelled_rows"):
+        lines.append(f"another {_rows(na['unlabelled_rows'])} had no usable label: dropped "
+                     "(--na drop)")
     return "\n".join(lines)

@@ -159,11 +159,13 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
     run("pack", source, *common, "--na", "drop", "-o", tmp_path / "drop.h5")
     drop = json.loads((tmp_path / "drop.h5" / "manifest.json").read_text())
     assert drop["count"] == 2 and drop["table"]["na"] == {"policy": "drop", "rows": 2,
+                                                           "unlabelled_rows": 0,
                                                            "cells": {"size": 2}}
     assert drop["table"]["categorical"] == {"colour": ["blue", "green", "red"]}
     samples = read_back(tmp_path / "drop.h5")
     assert [s["__key__"] for s in samples] == ["0000000000", "0000000003"]
-    assert samples[0]["npy"].tolist() == [1, 2, 1704067200]
+    assert [s["npy"][2] for s in samples] == [0, 3 * 86400]  # seconds since the first day
+    assert drop["table"]["date_origins"] == {"day": "2024-01-01T00:00:00+00:00"}
     assert [float(s["target.npy"]) for s in samples] == [1.5, 4.5]
     run("pack", source, *common, "--na", "mean", "-o", tmp_path / "mean.h5")
     mean = read_back(tmp_path / "mean.h5")
@@ -205,3 +207,22 @@ def test_hdf5_table_is_columnar_with_keys_and_feature_names(tmp_path):
         assert file["features"][:].tolist() == [[1, 2], [3, 4], [5, 6]]
         assert file["labels"][:].tolist() == [0, 1, 0] and file["keys"].shape == (3,)
         assert list(file.attrs["feature_names"]) == ["a", "b"]
+
+
+def test_whole_numbers_float32_cannot_hold_are_reported(tmp_path):
+    source = tmp_path / "ids.csv"
+    source.write_text("id,size,y\n16777217,1,a\n123456789,2,b\n5,3,a\n")
+    result = run("pack", source, "--label-column", "y", "--to", "hdf5", "-o", tmp_path / "o")
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["table"]["float32_inexact"] == {"id": {"values": 2, "largest_change": 3.0}}
+    assert "column 'id': 2 whole numbers are not exact in float32" in result.output
+
+
+def test_rows_dropped_for_an_empty_label_are_counted(tmp_path):
+    source = tmp_path / "m.csv"
+    source.write_text("a,b,y\n1,2,x\nn/a,3,y\n4,5,\n6,7,x\n")
+    result = run("pack", source, "--label-column", "y", "--na", "drop", "--to", "hdf5",
+                 "-o", tmp_path / "o")
+    na = json.loads((tmp_path / "o" / "manifest.json").read_text())["table"]["na"]
+    assert (na["rows"], na["unlabelled_rows"]) == (1, 1)
+    assert "another 1 row had no usable label" in result.output

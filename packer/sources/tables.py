@@ -108,7 +108,10 @@ class TableSource:
         label_names = Categories()
         stats = RunningStats(F)
         self.na_cells = np.zeros(F, np.int64)
-        self.na_rows = self.rows = self.count = 0
+        self.inexact = np.zeros(F, np.int64)  # whole numbers that float32 cannot hold
+        self.largest_change = np.zeros(F)
+        self.date_origins: dict[str, float] = {}
+        self.na_rows = self.unlabelled_rows = self.rows = self.count = 0
         key_hashes = []
         usecols = list(dict.fromkeys(feats + self.labels + [c for c in [self.cols.key] if c]))
         with (open(self.spool / "features", "wb") as f_out,
@@ -125,13 +128,16 @@ class TableSource:
                     block, missing = self._checked_block(frame, offset, cat_counts)
                 labels, label_bad = self._labels(frame, label_names, offset)
                 self.na_rows += int(missing.sum())
+                self.unlabelled_rows += int((label_bad & ~missing).sum())
                 keep = ~(missing | label_bad) if self.na == "drop" else slice(None)
                 if self.na == "drop":
                     block = block[keep]
                     labels = labels[keep] if labels is not None else None
                 rows = np.arange(offset, offset + n, dtype=np.int64)[keep]
                 stats.add(block)
-                block.astype(np.float32, order="C").tofile(f_out)
+                stored = block.astype(np.float32, order="C")
+                self._note_rounding(block, stored)
+                stored.tofile(f_out)
                 if labels is not None:
                     labels.tofile(l_out)
                 rows.tofile(r_out)
@@ -178,7 +184,7 @@ class TableSource:
                 cat_counts[name] = (np.pad(old, (0, size - len(old)))
                                     + np.pad(counts, (0, size - len(counts))))
             elif name in self.cols.dates:
-                values, bad = to_seconds(series)
+                values, bad = self._seconds(name, series)
             else:
                 values, bad = to_numbers(series)
             if bad.any():
@@ -189,6 +195,24 @@ class TableSource:
                 missing |= bad
             block[:, j] = values
         return block, missing
+
+    def _seconds(self, name: str, series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds since the column's first date: float32 keeps them to a fraction of
+        a second over months, where Unix seconds would be rounded to minutes."""
+        values, bad = to_seconds(series)
+        if name not in self.date_origins and (~bad).any():
+            self.date_origins[name] = float(values[~bad][0])
+        return values - self.date_origins.get(name, 0.0), bad
+
+    def _note_rounding(self, block: np.ndarray, stored: np.ndarray) -> None:
+        """Count the whole numbers (ids, counts, seconds) that float32 changes."""
+        with np.errstate(invalid="ignore"):
+            change = np.abs(stored - block)
+            inexact = (change > 0) & (block == np.round(block))
+        self.inexact += inexact.sum(axis=0)
+        if inexact.any():
+            self.largest_change = np.fmax(self.largest_change,
+                                          np.where(inexact, change, 0).max(axis=0))
 
     def _plain_block(self, frame: pd.DataFrame) -> np.ndarray | None:
         """The features of a chunk in one conversion when they are all numbers with no
@@ -349,7 +373,14 @@ class TableSource:
                 "targets": self.labels if self.labels and not self.classify else None,
                 "categorical": {name: cats.names() for name, cats in self.categories.items()},
                 "date_columns": self.cols.dates, "left_out": self.cols.left_out,
+                "date_origins": {name: pd.Timestamp(origin, unit="s", tz="UTC").isoformat()
+                                 for name, origin in self.date_origins.items()},
+                "float32_inexact": {
+                    name: {"values": int(n), "largest_change": float(change)}
+                    for name, n, change in zip(self.features, self.inexact,
+                                               self.largest_change, strict=True) if n},
                 "na": {"policy": self.na, "rows": self.na_rows,
+                       "unlabelled_rows": self.unlabelled_rows,
                        "cells": {name: int(n) for name, n in zip(self.features, self.na_cells,
                                                                   strict=True) if n}}}}
 
