@@ -226,3 +226,12 @@ def test_rows_dropped_for_an_empty_label_are_counted(tmp_path):
     na = json.loads((tmp_path / "o" / "manifest.json").read_text())["table"]["na"]
     assert (na["rows"], na["unlabelled_rows"]) == (1, 1)
     assert "another 1 row had no usable label" in result.output
+
+
+def test_decimal_commas_of_a_semicolon_file_are_numbers(tmp_path):
+    source = tmp_path / "de.csv"
+    source.write_text("Messwerte\nTemp;Druck;Klasse\n1,5;1013,2;a\n2,25;1012;b\n-3,0;1011,5;a\n")
+    run("pack", source, "--label-column", "Klasse", "--to", "hdf5", "-o", tmp_path / "o", "-q")
+    features = [s["npy"].tolist() for s in read_back(tmp_path / "o")]
+    assert features == [[1.5, pytest.approx(1013.2)], [2.25, 1012], [-3, 1011.5]]
+    assert "decimal comma" in run("inspect-table", source).output

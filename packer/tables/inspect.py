@@ -61,7 +61,9 @@ def inspect_text(report: dict) -> str:
         lines.append("sheets: " + ", ".join(
             f"{s!r}" + (" (shown)" if s == report["sheet"] else "") for s in report["sheets"]))
     if report.get("encoding"):
-        lines.append(f"encoding: {report['encoding']}, delimiter: {report['delimiter']!r}")
+        comma = ", decimal comma" if report.get("decimal") == "," else ""
+        lines.append(f"encoding: {report['encoding']}, delimiter: {report['delimiter']!r}"
+                     + comma)
     if report["header_row"] is not None:
         how = "guessed; set it with --header-row" if report["header_guessed"] else "given"
         lines.append(f"header: row {report['header_row']} ({how}), first data row "

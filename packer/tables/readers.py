@@ -15,6 +15,7 @@ numeric column that holds them is reported, not quietly filled.
 
 import codecs
 import csv
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def detect_delimiter(lines: list[str], suffix: str) -> str:
         if best_score is None or score > best_score:
             best, best_score = delimiter, score
     return best or preferred[0]
+
+
+_DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+")
+_DECIMAL_POINT = re.compile(r"[-+]?\d*\.\d+")
+
+
+def detect_decimal(rows: list[list[str]], delimiter: str) -> str:
+    """`,` when numbers are written with a decimal comma (`1,5` in a `;` file, as
+    European spreadsheets export them) and none with a point; else `.`."""
+    if delimiter == ",":
+        return "."
+    cells = [cell.strip() for row in rows for cell in row]
+    commas = sum(bool(_DECIMAL_COMMA.fullmatch(cell)) for cell in cells)
+    points = sum(bool(_DECIMAL_POINT.fullmatch(cell)) for cell in cells)
+    return "," if commas and not points else "."
 
 
 def guess_header(rows: list[list]) -> int:
@@ -156,6 +172,7 @@ class CsvTable(Table):
         self.header_index = sum(1 for row in rows[:index] if row)
         self.skip_after = list(range(index + 1, index + 1 + skip_rows))
         self.first_data_row = index + 2 + skip_rows
+        self.decimal = detect_decimal(rows[index + 1:], self.delimiter)
 
     def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
         # Every column is parsed: with `usecols`, pandas drops the fields of a row that
@@ -164,7 +181,7 @@ class CsvTable(Table):
             # header=N rather than skiprows: pandas checks skiprows line by line (slow)
             reader = pd.read_csv(self.path, sep=self.delimiter, encoding=self.encoding,
                                  header=self.header_index, skiprows=self.skip_after or None,
-                                 index_col=False, chunksize=rows,
+                                 index_col=False, chunksize=rows, decimal=self.decimal,
                                  keep_default_na=False, na_values=[""],
                                  skip_blank_lines=True, engine="c", low_memory=False)
             for frame in reader:
@@ -188,7 +205,8 @@ class CsvTable(Table):
             raise PackerError(f"{self.path}: {err}") from None
 
     def describe(self) -> dict:
-        return {**super().describe(), "encoding": self.encoding, "delimiter": self.delimiter}
+        return {**super().describe(), "encoding": self.encoding, "delimiter": self.delimiter,
+                "decimal": self.decimal}
 
 
 def _parser_message(err: Exception) -> str:
