@@ -75,3 +75,22 @@ def test_missing_shards_and_paths_are_clear_errors(plain_shards, tmp_path):
         packer.open_dataset(tmp_path / "nothing")
     with pytest.raises(packer.errors.DatasetError, match="not a packed dataset"):
         packer.open_dataset(tmp_path)
+
+
+def test_an_lmdb_the_user_holds_open_gets_a_clear_error(tmp_path):
+    import lmdb
+
+    from conftest import image_bytes, run
+    from packer.errors import DatasetError
+
+    images = tmp_path / "images"
+    (images / "a").mkdir(parents=True)
+    (images / "a" / "x.jpg").write_bytes(image_bytes(0))
+    run("pack", images, "--to", "lmdb", "-o", tmp_path / "db", "-q")
+    env = lmdb.open(str(tmp_path / "db"), readonly=True, lock=False)
+    try:
+        with pytest.raises(DatasetError, match="close your own lmdb.open"):
+            next(iter(packer.open_dataset(tmp_path / "db")))
+    finally:
+        env.close()
+    assert next(iter(packer.open_dataset(tmp_path / "db")))["cls"] == 0

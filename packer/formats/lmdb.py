@@ -102,8 +102,17 @@ class Reader:
         if self._pid != os.getpid():
             if self._env is not None:  # inherited across fork: an LMDB handle must not be
                 self._env.close()  # used in the child (readonly, lock-free: closing is safe)
-            self._env = lmdb.open(str(self.folder), readonly=True, lock=False, subdir=True,
-                                  readahead=True, max_readers=1)
+            try:
+                self._env = lmdb.open(str(self.folder), readonly=True, lock=False,
+                                      subdir=True, readahead=True, max_readers=1)
+            except lmdb.Error as err:
+                if "already open" not in str(err):
+                    raise
+                raise DatasetError(
+                    f"{self.folder}: this LMDB is already open in this process (python-lmdb "
+                    "allows one environment per path and process, and forked workers inherit "
+                    "it): close your own lmdb.open() of it with env.close() before reading it "
+                    "through packer") from None
             self._pid = os.getpid()
         return self._env
 
