@@ -142,6 +142,7 @@ class PackedDataset(IterableDataset):
             return self.transform(sample) if self.transform else sample
         except Exception as err:  # any decoder or transform failure is one bad sample
             if self.on_error == "raise":
+                err.add_note(f"packer: in sample {raw.get(KEY)!r} of {self.source.path}")
                 raise
             self.errors += 1
             action = "replaced by another sample" if self.on_error == "warn" else "skipped"
@@ -155,8 +156,11 @@ class PackedDataset(IterableDataset):
         if not state or state["epoch"] != self.epoch:
             return 0
         if state["num_workers"] != max(num_workers, 1):
-            raise ValueError(f"the saved state is for num_workers={state['num_workers']}, "
-                             f"this loader has {num_workers}; resume with the same count")
+            def shown(count: int) -> str:  # 0 workers read like 1: in the main process
+                return "0 or 1" if count <= 1 else str(count)
+            raise ValueError(f"the saved state is for num_workers={shown(state['num_workers'])}"
+                             f", this loader has num_workers={shown(num_workers)}; resume with "
+                             "the same count")
         return state["consumed"][worker]
 
     def state_dict(self) -> dict:

@@ -160,8 +160,9 @@ def test_corrupt_member_is_replaced_with_a_warning_or_raises(packed, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert len(list(skipping)) == 149
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as raised:
         list(packer.open_dataset(broken, decode="rgb8", on_error="raise"))
+    assert "in sample 'c0/000'" in raised.value.__notes__[0]
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
