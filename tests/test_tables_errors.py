@@ -102,3 +102,11 @@ def test_inspect_table_errors_too(tmp_path, name):
     source = text(tmp_path, name, "" if name == "empty.csv" else "a,b\n")
     output = run("inspect-table", source, expect=1 if name == "empty.csv" else 0).output
     assert "Traceback" not in output
+
+
+def test_a_bad_date_is_called_a_date(tmp_path):
+    source = tmp_path / "bd.csv"
+    source.write_text("ts,v,y\n2024-01-01,1,a\n2024-13-45,2,b\n")
+    result = run("pack", source, "--label-column", "y", "--date-columns", "ts", "-o",
+                 tmp_path / "o", expect=1)
+    assert "column 'ts', row 3: '2024-13-45': not a date" in result.output

@@ -49,6 +49,15 @@ _NA_HINT = ("pass --na drop to leave such rows out, --na zero or --na mean to fi
             "--drop-columns to leave the column out, or --categorical to map its text to ids")
 
 
+def _not_what(source, column: str) -> str:
+    """What a bad cell of `column` is not, and what to do about it."""
+    if column in source.cols.dates:
+        return ("not a date (as pandas reads dates: 2024-05-01, 2024-05-01 13:45:00, "
+                "05/01/2024); pass --na drop to leave such rows out or --na zero or --na mean "
+                "to fill them")
+    return f"not a number; {_NA_HINT}"
+
+
 def _key(index: int) -> str:
     return f"{index:010d}"
 
@@ -190,7 +199,7 @@ class TableSource:
             if bad.any():
                 if self.na == "fail":
                     raise PackerError(first_problems(self.path, self.table, name, series, bad,
-                                                     offset) + f": not a number; {_NA_HINT}")
+                                                     offset) + f": {_not_what(self, name)}")
                 self.na_cells[j] += int(bad.sum())
                 missing |= bad
             block[:, j] = values
