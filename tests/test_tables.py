@@ -235,3 +235,12 @@ def test_decimal_commas_of_a_semicolon_file_are_numbers(tmp_path):
     features = [s["npy"].tolist() for s in read_back(tmp_path / "o")]
     assert features == [[1.5, pytest.approx(1013.2)], [2.25, 1012], [-3, 1011.5]]
     assert "decimal comma" in run("inspect-table", source).output
+
+
+def test_inspect_table_shows_excel_dates_as_dates(tmp_path):
+    source = tmp_path / "dt.xlsx"
+    pd.DataFrame({"时间": pd.to_datetime(["2024-01-01 01:00:37", "2024-01-02 00:00:00"]),
+                  "y": ["a", "b"]}).to_excel(source, index=False)
+    output = run("inspect-table", source).output
+    assert "2024-01-01T01:00:37 .. 2024-01-02T00:00:00" in output
+    assert "  时间                     date" in output  # two columns per CJK character

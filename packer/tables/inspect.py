@@ -2,6 +2,7 @@
 column's inferred type with its empty and non-numeric cell counts, and the first rows.
 The whole table is read once, a chunk at a time, for the counts."""
 
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
             series, entry = frame[name], counts[name]
             empty = series.isna().to_numpy()
             entry["empty"] += int(empty.sum())
+            if pd.api.types.is_datetime64_any_dtype(series):
+                _date_range(entry, series.dropna())
+                continue
             if pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
                 numbers = series.to_numpy(dtype=np.float64, na_value=np.nan)
             else:
@@ -54,6 +58,24 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
             "names": names, "head": head}
 
 
+def _date_range(entry: dict, dates: pd.Series) -> None:
+    if dates.empty:
+        return
+    low, high = dates.min().isoformat(), dates.max().isoformat()
+    entry["min"] = low if entry["min"] is None else min(entry["min"], low)
+    entry["max"] = high if entry["max"] is None else max(entry["max"], high)
+
+
+def _padded(text: str, width: int) -> str:
+    """`text` padded to `width` terminal columns (CJK characters take two)."""
+    shown = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * max(0, width - shown)
+
+
+def _shown(value) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
 def inspect_text(report: dict) -> str:
     lines = [f"{report['path']}: {report['format']}, {report['rows']:,} data rows, "
              f"{len(report['columns'])} columns"]
@@ -71,10 +93,10 @@ def inspect_text(report: dict) -> str:
     lines.append(f"  {'column':<24} {'type':<8} {'empty':>8} {'non-numeric':>12}  range / "
                  "first text")
     for c in report["columns"]:
-        detail = (f"{c['min']:g} .. {c['max']:g}" if c["min"] is not None else "")
+        detail = (f"{_shown(c['min'])} .. {_shown(c['max'])}" if c["min"] is not None else "")
         if c["example"]:
             detail += f"  row {c['example']['row']}: {c['example']['value']!r}"
-        lines.append(f"  {c['name']:<24} {c['type']:<8} {c['empty']:>8,} "
+        lines.append(f"  {_padded(c['name'], 24)} {c['type']:<8} {c['empty']:>8,} "
                      f"{c['non_numeric']:>12,}  {detail}".rstrip())
     if report["head"]:
         lines.append(f"first {len(report['head'])} rows:")
