@@ -4,6 +4,7 @@ import io
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 
@@ -108,11 +109,17 @@ def test_bench_train_packed_only(colours):
     assert "--device cpu --amp off" in result.stdout
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_ddp_with_two_gloo_processes(colours, tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", "29517", "-m", "train", "fit", str(colours / "wds"), "--out",
-               str(out), "--epochs", "2", *COMMON]
+               "--master-port", str(free_port()), "-m", "train", "fit", str(colours / "wds"),
+               "--out", str(out), "--epochs", "2", *COMMON]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
