@@ -140,6 +140,9 @@ def test_overfit_check_and_lr_find(colours, tmp_path):
 
 
 def test_fit_from_a_loose_folder(colours, tmp_path):
+    result = CliRunner().invoke(cli, ["fit", str(colours / "images"), "--val",
+                                      str(colours / "wds"), "--out", str(tmp_path / "v")])
+    assert result.exit_code == 1 and "pack DATA first" in result.output
     train("fit", colours / "images", "--out", tmp_path / "loose", "--epochs", "1", *COMMON)
     summary = json.loads((tmp_path / "loose" / "summary.json").read_text())
     assert summary["epochs_run"] == 1 and summary["best"]["val"]["samples"] == 12

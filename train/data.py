@@ -214,6 +214,10 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
 
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):
+    if config.val is not None:
+        raise PackerError(f"--val {config.val}: a loose image folder ({config.data}) is "
+                          "validated on a held-out --val-split; to validate on another "
+                          "dataset, pack DATA first")
     order = torch.randperm(len(info.files), generator=torch.Generator().manual_seed(0))
     held = int(len(order) * _split(config))
     _check_held(held, config, len(order))
