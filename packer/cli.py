@@ -13,7 +13,14 @@ from packer.cli_binary import inspect_binary
 from packer.cli_tables import inspect_table, table_text
 from packer.errors import PackerError, UsageProblem
 from packer.formats import FORMAT_NAMES
-from packer.report import inspect_text, pack_summary, pack_text, verify_text
+from packer.report import (
+    empty_classes,
+    inspect_text,
+    labels_text,
+    pack_summary,
+    pack_text,
+    verify_text,
+)
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -28,11 +35,25 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+MIN_SHARD_SIZE = 10 << 10
+
+
 class _Size(click.ParamType):
     name = "SIZE"
 
     def convert(self, value, param, ctx):
         return value if isinstance(value, int) else parse_size(value)
+
+
+def _shard_size(ctx, param, value: int) -> int:
+    if value < MIN_SHARD_SIZE:
+        raise click.BadParameter(f"{value:,} bytes is too small; give at least 10KiB")
+    return value
+
+
+def _show_progress(quiet: bool) -> bool:
+    """Progress bars only for a person watching a terminal."""
+    return not quiet and sys.stderr.isatty()
 
 
 class PackerGroup(click.Group):
@@ -58,7 +79,8 @@ def _emit_json(data: dict) -> None:
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON instead of text.")
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+quiet_option = click.option("--quiet", "-q", is_flag=True,
+                            help="No progress bar (none is drawn when stderr is not a terminal).")
 
 
 @click.group(cls=PackerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,8 +104,12 @@ def cli():
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="Output folder (written as OUTPUT.partial, renamed when complete).")
 @click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="CSV of filename,label rows for a flat folder; string labels become ids. "
-                   "For a binary dump: one label per record.")
+              help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
+                   "string labels become ids. The first row is a header when its first cell "
+                   "is filename, file, path, name or image, or when it names no file while a "
+                   "later row does (and its label is no other row's). The encoding and the "
+                   "delimiter (, ; tab |) are detected. For a binary dump: one label per "
+                   "record.")
 @click.option("--unlabelled", is_flag=True,
               help="Do not take classes from sub-folder names; keys keep the paths.")
 @click.option("--group-by-stem", is_flag=True,
@@ -99,7 +125,10 @@ def cli():
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes that read and check files; the output is the same for any N.")
 @click.option("--shard-size", type=_Size(), default="256MB", show_default=True,
-              help="webdataset: most bytes per shard, headers included (e.g. 64MB, 1GiB).")
+              callback=_shard_size,
+              help="webdataset: most bytes per shard, headers and the tar end included "
+                   "(e.g. 64MB, 1GiB; at least 10KiB). Only a shard holding one sample "
+                   "larger than this is bigger.")
 @click.option("--max-count", type=click.IntRange(min=1),
               help="webdataset: most samples per shard.")
 @click.option("--resume", is_flag=True,
@@ -175,11 +204,18 @@ def pack(source, out, as_json, quiet, **options):
           train-labels-idx1-ubyte --label-spec mnist-idx-labels --to hdf5 -o mnist.h5
       packer pack ./export.xlsx --to hdf5 --label-column diagnosis -o ./export.h5
       packer pack ./big.csv --to webdataset --label-column y --feature-columns 'f*' -o big-wds
+      packer pack ./sensors.csv --to hdf5 --label-column y --na mean -o sensors.h5
+      packer pack ./visits.csv --to hdf5 --label-column outcome --categorical city,sex \\
+          --date-columns admitted -o visits.h5
+      packer pack ./images --to webdataset -o ./images-wds --max-count 10000
+      packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
     """
     from packer.packing import PackOptions
     from packer.packing import pack as run_pack
 
-    manifest = run_pack(source, out, PackOptions(**options, progress=not quiet))
+    if out.exists() and not out.is_dir():
+        raise UsageProblem(f"-o {out} is a file; choose a folder")
+    manifest = run_pack(source, out, PackOptions(**options, progress=_show_progress(quiet)))
     if as_json:
         _emit_json(pack_summary(manifest, out))
     else:
@@ -205,7 +241,8 @@ def inspect(dataset, as_json):
     if as_json:
         _emit_json({"path": str(dataset), "format": manifest["format"],
                     "count": manifest["count"], "fields": manifest["fields"],
-                    "classes": class_counts(manifest), "parts": manifest["parts"],
+                    "classes": class_counts(manifest), "labels": labels_text(manifest),
+                    "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
                     "source": manifest["source"], "skipped": manifest["skipped"],
                     "ignored": manifest["ignored"]})
     else:
@@ -231,7 +268,7 @@ def verify(dataset, against, as_json, quiet):
     """
     from packer.verify import verify as run_verify
 
-    report = run_verify(dataset, against, progress=not quiet)
+    report = run_verify(dataset, against, progress=_show_progress(quiet))
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
                else verify_text(report))
     sys.exit(0 if report["ok"] else 1)
@@ -241,11 +278,16 @@ def verify(dataset, against, as_json, quiet):
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="Folder to write the files to.")
-@click.option("--overwrite", is_flag=True, help="Replace a non-empty output folder.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a non-empty output folder written by an earlier `packer unpack`.")
 @json_option
 @quiet_option
 def unpack(dataset, out, overwrite, as_json, quiet):
     """Write a packed dataset back to a folder with the original relative paths.
+
+    Labels that no path carries (from --labels, a table's label column or a record
+    field) go to a labels CSV of filename,label rows. The folder gets a
+    .packer-unpack.json marker, so that --overwrite replaces only earlier unpacks.
 
     \b
     Example:
@@ -253,7 +295,7 @@ def unpack(dataset, out, overwrite, as_json, quiet):
     """
     from packer.unpack import unpack as run_unpack
 
-    result = run_unpack(dataset, out, overwrite=overwrite, progress=not quiet)
+    result = run_unpack(dataset, out, overwrite=overwrite, progress=_show_progress(quiet))
     if as_json:
         _emit_json(result)
     else:

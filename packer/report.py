@@ -2,9 +2,21 @@
 
 from pathlib import Path
 
+from packer.keys import split_name
 from packer.manifest import MANIFEST_NAME, class_counts
 
 LIST_LIMIT = 20
+NAMES_LIMIT = 5
+
+
+def _names(names: list[str], total: int | None = None) -> str:
+    """The first few names, and `...` when there are more."""
+    more = (total if total is not None else len(names)) > NAMES_LIMIT
+    return ", ".join(names[:NAMES_LIMIT]) + (", ..." if more else "")
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count:,} {word if count == 1 else words or word + 's'}"
 
 
 def _mb(n: int) -> str:
@@ -29,7 +41,71 @@ def pack_summary(manifest: dict, out: Path) -> dict:
         "samples_per_s": round(manifest["count"] / seconds, 1) if seconds else None,
         "mb_per_s": round(packed_bytes / 1e6 / seconds, 2) if seconds else None,
         "symlinks": manifest.get("symlinks"), "skipped_inputs": manifest["skipped"],
+        "labels": labels_text(manifest), "empty_classes": empty_classes(manifest),
     }
+
+
+def labels_text(manifest: dict) -> str:
+    """Where the labels came from: `class folders (3 classes)`, `labels.csv (4 classes)`,
+    or why there are none."""
+    source = manifest["source"]
+    kind = source.get("labels", "none")
+    if kind == "none":
+        return _no_labels_text(source)
+    where = {"folders": "class folders",
+             "labels-file": Path(source.get("labels_file") or "").name,
+             "column": "column " + ", ".join(source.get("label_columns") or []),
+             "record-field": f"record field {source.get('label_field')}"}.get(kind, kind)
+    classes = manifest.get("classes")
+    return f"{where} ({_plural(len(classes), 'class', 'classes')})" if classes else where
+
+
+def _no_labels_text(source: dict) -> str:
+    if not source.get("top_files"):
+        return "none"
+    names = _names(source["top_files"], source["top_file_count"])
+    return (f"none — {source['path']} has files at its top level ({names}) so it is not "
+            "an ImageFolder layout; move them or pass --labels")
+
+
+def empty_classes(manifest: dict) -> list[str]:
+    """Classes that no packed sample has."""
+    return [name for name, count in class_counts(manifest).items() if not count]
+
+
+def _shared_stems(manifest: dict) -> list[str]:
+    """Stems shared by several files that were all packed (none of them skipped)."""
+    skipped = set()
+    for entry in manifest["skipped"]:
+        folder, _, name = entry["path"].rpartition("/")
+        skipped.add(f"{folder}/{split_name(name)[0]}" if folder else split_name(name)[0])
+    return [stem for stem in manifest.get("shared_stems") or [] if stem not in skipped]
+
+
+def _reason_groups(skipped: list[dict]) -> list[tuple[str, list[str]]]:
+    """(reason, paths) for each reason, the most frequent first."""
+    groups: dict[str, list[str]] = {}
+    for entry in skipped:
+        groups.setdefault(entry["reason"], []).append(entry["path"])
+    return sorted(groups.items(), key=lambda group: -len(group[1]))
+
+
+def nothing_packed(source: Path, skipped: list[dict], label_names: list[str] = ()) -> str:
+    """Why a pack has no sample: every skip reason with its count and a few paths, and
+    what the labels file names when inputs had no label in it."""
+    if not skipped:
+        return f"{source}: nothing to pack: no input files (hidden files and OS junk are ignored)"
+    groups, texts = _reason_groups(skipped), []
+    for reason, paths in groups[:NAMES_LIMIT]:
+        example = f"e.g. {_names(paths)}"
+        if reason.startswith("no label in") and label_names:
+            example += (f" — the labels file names {_names(sorted(label_names))}; paths are "
+                        f"relative to {source}")
+        texts.append(f"{reason}: {len(paths):,} ({example})")
+    if len(groups) > NAMES_LIMIT:
+        texts.append(f"and {_plural(len(groups) - NAMES_LIMIT, 'other reason')}")
+    return f"{source}: nothing to pack: all {len(skipped):,} inputs were skipped: " + "; ".join(
+        texts)
 
 
 def pack_text(manifest: dict, out: Path) -> str:
@@ -52,24 +128,29 @@ def pack_text(manifest: dict, out: Path) -> str:
         lines.append(f"symlinks: {links['count']:,} "
                      + ("followed" if links["followed"] else
                         "not followed (--no-follow-symlinks), listed as skipped"))
-    if manifest.get("shared_stems"):
-        stems = manifest["shared_stems"]
+    stems = _shared_stems(manifest)
+    if stems:
         lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
-                     f"samples (--group-by-stem joins them): {', '.join(stems[:5])}"
-                     + (" ..." if len(stems) > 5 else ""))
+                     f"samples (--group-by-stem joins them): {_names(stems)}")
     if manifest.get("unmatched_labels"):
         names = manifest["unmatched_labels"]
-        lines.append(f"{len(names):,} rows of the labels file name no file: "
-                     f"{', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
-    return "\n".join(lines)
+        lines.append(f"{len(names):,} rows of the labels file name no file: {_names(names)}")
+    return "\n".join(lines + _labels_lines(manifest))
+
+
+def _labels_lines(manifest: dict) -> list[str]:
+    lines = [f"labels: {labels_text(manifest)}"]
+    if empty_classes(manifest):
+        lines.append(f"classes with no samples: {_names(empty_classes(manifest))}")
+    return lines
 
 
 def inspect_text(manifest: dict, path: Path) -> str:
     total = sum(p["bytes"] for p in manifest["parts"])
     lines = [f"{path}: {manifest['format']}, {manifest['count']:,} samples, {_mb(total)} "
              f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
-             f"source: {manifest['source']['path']} (labels: {manifest['source']['labels']}), "
-             f"packed by {manifest['tool']} on {manifest['created']}", "fields:"]
+             f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
+             f"{manifest['created']}", *_labels_lines(manifest), "fields:"]
     for name, info in manifest["fields"].items():
         size = "" if info["dtype"] == "int64" else f", {_mb(info['bytes'])}"
         lines.append(f"  {name:<10} {info['dtype']:<6} {info['count']:,} samples{size}")
@@ -93,7 +174,7 @@ def inspect_text(manifest: dict, path: Path) -> str:
 def verify_text(report: dict) -> str:
     if report["ok"]:
         return f"OK: {report['count']:,} samples in {report['dataset']} verified"
-    lines = [f"FAILED: {report['problem_count']:,} problems in {report['dataset']}:"]
+    lines = [f"FAILED: {_plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
     lines += [f"  {p}" for p in report["problems"]]
     if report["problem_count"] > len(report["problems"]):
         lines.append(f"  ... and {report['problem_count'] - len(report['problems']):,} more")

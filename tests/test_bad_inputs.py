@@ -59,7 +59,7 @@ def test_every_bad_input_is_listed_with_its_reason(messy_folder, tmp_path):
         "bad/.DS_Store", "bad/Thumbs.db", "bad/.hidden.jpg"}
     assert "ignored 3 hidden or OS junk files" in result.output
     assert manifest["count"] == 5
-    assert "symlinks: 2 followed" in result.output
+    assert "symlinks:" not in result.output  # a broken link and a loop: none followed
     assert "OK" in run("verify", out, "--against", messy_folder, "-q").output
 
 
@@ -93,6 +93,12 @@ def test_no_follow_symlinks_lists_them(messy_folder, tmp_path):
     reasons = {e["path"]: e["reason"] for e in json.loads((out / "manifest.json").read_text())
                ["skipped"]}
     assert "not followed" in reasons["good/alias.jpg"]
+
+
+def test_only_followed_symlinks_are_counted(messy_folder, tmp_path):
+    (messy_folder / "good" / "alias.jpg").symlink_to(messy_folder / "good" / "ok0.jpg")
+    result = run("pack", messy_folder, "-o", tmp_path / "out", "-q")
+    assert "symlinks: 1 followed" in result.output
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")

@@ -45,7 +45,7 @@ class Notes:
 
     skipped: list[dict] = field(default_factory=list)
     ignored: list[dict] = field(default_factory=list)
-    symlinks: int = 0
+    symlinks: int = 0  # followed (with --no-follow-symlinks: found)
     shared_stems: list[str] = field(default_factory=list)
     labelled: set[str] = field(default_factory=set)  # labels-file rows that matched a file
 
@@ -67,6 +67,7 @@ class Scan:
     fingerprint: str = ""
     notes: Notes = field(default_factory=Notes)
     unmatched_labels: list[str] = field(default_factory=list)
+    top_files: list[str] = field(default_factory=list)  # beside sub-folders: not an ImageFolder
 
     kind = "files"
 
@@ -108,7 +109,8 @@ class Scan:
         return {
             "source": {"kind": "files", "path": str(self.root.resolve()),
                        "labels": self.label_source, "labels_file": self.labels_file,
-                       "samples": self.count, "bytes": self.input_bytes},
+                       "samples": self.count, "bytes": self.input_bytes,
+                       "top_files": self.top_files[:5], "top_file_count": len(self.top_files)},
             "ignored": self.notes.ignored,
             "symlinks": {"followed": self.follow_symlinks, "count": self.notes.symlinks},
             "shared_stems": self.notes.shared_stems,
@@ -208,13 +210,16 @@ def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> I
             if dir_id in ancestors:
                 notes.skipped.append({"path": rel_path, "reason": "symlink loop: points to a "
                                       "folder that contains it; not followed"})
-            else:
-                subfolders.append((entry, dir_id))
+                continue
+            subfolders.append((entry, dir_id))
         elif stat.S_ISREG(info.st_mode):
             files.append(entry.name)
         else:
             notes.skipped.append({"path": rel_path, "reason": "not a regular file "
                                   "(a pipe, socket or device)"})
+            continue
+        if entry.is_symlink():  # followed: an unfollowed one returned no stat
+            notes.symlinks += 1
     del entries  # a big folder's entries hold stat results; free them before going on
     if files:
         yield rel, files
@@ -227,9 +232,9 @@ def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
     """The entry's stat, following a symlink if allowed; None when it is skipped."""
     if not entry.is_symlink():
         return entry.stat(follow_symlinks=False)
-    notes.symlinks += 1
     target = os.readlink(entry.path)
     if not follow:
+        notes.symlinks += 1
         notes.skipped.append({"path": rel_path, "reason": f"symlink to {target}, "
                               "not followed (--no-follow-symlinks)"})
         return None
@@ -241,13 +246,12 @@ def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
         return None
 
 
-def _top_folders(root: Path, exclude: set[str]) -> list[str] | None:
-    """The class folders of an ImageFolder layout, or None if there are top-level files."""
-    names = [e.name for e in os.scandir(root) if not _is_junk(e.name) and e.name not in exclude]
-    if any(os.path.isfile(root / name) for name in names):
-        return None
-    folders = sorted(name for name in names if os.path.isdir(root / name))
-    return folders or None
+def _top_entries(root: Path, exclude: set[str]) -> tuple[list[str], list[str]]:
+    """The top-level (folders, files): class folders when there are no files."""
+    names = sorted(e.name for e in os.scandir(root)
+                   if not _is_junk(e.name) and e.name not in exclude)
+    files = [name for name in names if os.path.isfile(root / name)]
+    return [name for name in names if os.path.isdir(root / name)], files
 
 
 def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = False,
@@ -258,14 +262,15 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
         raise PackerError(f"{root}: not a folder")
     scan = Scan(root, group_by_stem, follow_symlinks)
     if labels is not None:
-        scan.classes, scan.labels = label_ids(read_labels_file(labels))
+        scan.classes, scan.labels = label_ids(read_labels_file(labels, root))
         scan.label_source, scan.labels_file = "labels-file", str(labels)
         if labels.resolve().is_relative_to(root.resolve()):
             scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
     elif not unlabelled:
-        scan.classes = _top_folders(root, scan.exclude)
-        if scan.classes:
-            scan.label_source = "folders"
+        folders, files = _top_entries(root, scan.exclude)
+        scan.top_files = files if folders else []
+        if folders and not files:
+            scan.classes, scan.label_source = folders, "folders"
             scan.class_ids = {name: i for i, name in enumerate(scan.classes)}
     digest, listing = hashlib.sha256(), []
     for sample in scan.samples(scan.notes):

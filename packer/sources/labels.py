@@ -1,30 +1,74 @@
-"""Labels files: `filename,label` CSV rows that label the files of a flat folder."""
+"""Labels files: `filename,label` CSV rows that label the files of a flat folder.
+
+The encoding (utf-8, with or without a BOM, GBK, ...) and the delimiter (`,`, tab,
+`;`, `|`) are detected as for tables. Paths are relative to the packed folder:
+`./a.jpg` and `sub\\a.jpg` are read as `a.jpg` and `sub/a.jpg`. The first row is a
+header when its first cell is a header word (filename, file, path, name, image), or
+when it names no file in the folder, its label is no other row's label, and one of
+the next 20 rows names a file.
+"""
 
 import csv
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packer.errors import PackerError
 
 _HEADER_WORDS = {"filename", "file", "path", "name", "image"}
+_HEADER_LOOKAHEAD = 20  # rows after the first looked at to tell a header
 
 
-def read_labels_file(path: Path) -> dict[str, str]:
-    """`{relative path: label}` from `filename,label` rows (a header row is skipped)."""
+def _lines(path: Path) -> list[str]:
+    from packer.tables.readers import SAMPLE_BYTES, detect_encoding
+
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        data = Path(path).read_bytes()
+        return data.decode(detect_encoding(path, data[:SAMPLE_BYTES])).splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise PackerError(f"{path}: cannot read the labels file: {err}") from None
-    rows = [row for row in csv.reader(text.splitlines()) if row and any(row)]
-    if rows and rows[0][0].strip().lower() in _HEADER_WORDS:
+
+
+def _rows(path: Path) -> list[tuple[int, list[str]]]:
+    """(file line number, cells) of every row that is not blank."""
+    from packer.tables.readers import SNIFF_ROWS, detect_delimiter
+
+    lines = _lines(path)
+    reader = csv.reader(lines, delimiter=detect_delimiter(lines[:SNIFF_ROWS], ".csv"))
+    return [(reader.line_num, [cell.strip() for cell in row])
+            for row in reader if any(cell.strip() for cell in row)]
+
+
+def _relative(name: str) -> str:
+    return PurePosixPath(name.replace("\\", "/")).as_posix()
+
+
+def _is_header(rows: list[tuple[int, list[str]]], root: Path) -> bool:
+    first, rest = rows[0][1], [row for _, row in rows[1:]]
+    if first[0].lower() in _HEADER_WORDS:
+        return True
+    if (root / _relative(first[0])).is_file() or first[1:2] in (row[1:2] for row in rest):
+        return False
+    return any((root / _relative(row[0])).is_file() for row in rest[:_HEADER_LOOKAHEAD])
+
+
+def read_labels_file(path: Path, root: Path) -> dict[str, str]:
+    """`{path relative to root: label}` from `filename,label` rows. Two rows that give
+    one file different labels are an error."""
+    rows = _rows(path)
+    if rows and _is_header(rows, root):
         rows = rows[1:]
-    labels = {}
-    for line, row in enumerate(rows, start=1):
-        if len(row) < 2 or not row[1].strip():
-            raise PackerError(f"{path}, row {line}: expected 'filename,label', got {row!r}")
-        labels[row[0].strip().replace("\\", "/")] = row[1].strip()
+    labels: dict[str, tuple[str, int]] = {}
+    for line, row in rows:
+        if len(row) < 2 or not row[1]:
+            raise PackerError(f"{path}, line {line}: expected 'filename,label', got {row!r}")
+        name, label = _relative(row[0]), row[1]
+        if name in labels and labels[name][0] != label:
+            earlier, earlier_line = labels[name]
+            raise PackerError(f"{path}: {name} has two labels: {earlier!r} on line "
+                              f"{earlier_line} and {label!r} on line {line}; keep one")
+        labels.setdefault(name, (label, line))
     if not labels:
         raise PackerError(f"{path}: the labels file has no rows")
-    return labels
+    return {name: label for name, (label, _) in labels.items()}
 
 
 def label_ids(labels: dict[str, str]) -> tuple[list[str], dict[str, int]]:

@@ -1,0 +1,99 @@
+"""Labels files and label sources: read robustly, reported in the summary."""
+
+import json
+
+import pytest
+
+from conftest import image_bytes, run
+from packer.report import nothing_packed
+
+
+@pytest.fixture
+def flat(tmp_path):
+    root = tmp_path / "flat"
+    root.mkdir()
+    for i in range(4):
+        (root / f"img{i}.jpg").write_bytes(image_bytes(i))
+    return root
+
+
+def classes_of(out) -> dict:
+    return json.loads(run("inspect", out, "--json").output)["classes"]
+
+
+def test_conflicting_duplicate_rows_are_an_error_naming_both_lines(flat, tmp_path):
+    labels = tmp_path / "l.csv"
+    labels.write_text("filename,label\nimg0.jpg,bird\nimg1.jpg,cat\nimg1.jpg,cat\n\n"
+                      "img0.jpg , dog\n")
+    result = run("pack", flat, "--labels", labels, "-o", tmp_path / "o", expect=1)
+    assert "img0.jpg has two labels: 'bird' on line 2 and 'dog' on line 6" in result.output
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_an_unknown_header_word_is_not_a_class(flat, tmp_path):
+    labels = tmp_path / "l.csv"
+    labels.write_text("fname,klass\nimg0.jpg,c0\nimg1.jpg,c1\nimg2.jpg,c0\nimg3.jpg,c1\n")
+    run("pack", flat, "--labels", labels, "-o", tmp_path / "o", "-q")
+    assert classes_of(tmp_path / "o") == {"c0": 2, "c1": 2}
+
+
+def test_a_class_with_no_samples_is_reported(flat, tmp_path):
+    labels = tmp_path / "l.csv"
+    labels.write_text("img0.jpg,a\nimg1.jpg,b\ngone.jpg,c\n")
+    result = run("pack", flat, "--labels", labels, "-o", tmp_path / "o", "-q")
+    assert "labels: l.csv (3 classes)" in result.output
+    assert "classes with no samples: c" in result.output
+    inspected = run("inspect", tmp_path / "o").output
+    assert "classes with no samples: c" in inspected
+
+
+def test_labels_paths_encoding_delimiter_and_line_numbers(flat, tmp_path):
+    labels = tmp_path / "l.csv"
+    labels.write_bytes("图片文件;动物类别\r\n./img0.jpg;猫咪\r\n.\\img1.jpg;小狗\r\n".encode("gbk"))
+    run("pack", flat, "--labels", labels, "-o", tmp_path / "o", "-q")
+    assert classes_of(tmp_path / "o") == {"猫咪": 1, "小狗": 1}
+    labels.write_text("filename\tlabel\n\nimg0.jpg\tx\nimg1.jpg\n")
+    result = run("pack", flat, "--labels", labels, "-o", tmp_path / "p", expect=1)
+    assert "l.csv, line 4: expected 'filename,label'" in result.output
+
+
+def test_empty_class_folder_and_stray_top_file_are_reported(tmp_path):
+    root = tmp_path / "classes"
+    for name in ("cat", "dog", "empty"):
+        (root / name).mkdir(parents=True)
+    for i, name in enumerate(("cat", "dog")):
+        (root / name / "a.jpg").write_bytes(image_bytes(i))
+    result = run("pack", root, "-o", tmp_path / "o", "-q")
+    assert "labels: class folders (3 classes)" in result.output
+    assert "classes with no samples: empty" in result.output
+    (root / "README.txt").write_text("notes")
+    result = run("pack", root, "-o", tmp_path / "p", "-q")
+    expected = (f"labels: none — {root} has files at its top level (README.txt) so it is not "
+                "an ImageFolder layout; move them or pass --labels")
+    assert expected in result.output
+    assert json.loads(run("inspect", tmp_path / "p", "--json").output)["labels"] == \
+        expected.removeprefix("labels: ")
+    assert expected in run("inspect", tmp_path / "p").output
+
+
+def test_nothing_packed_groups_the_reasons():
+    skipped = [{"path": f"bird/{i:03d}.jpg", "reason": "no label in labels.csv"}
+               for i in range(128)] + [{"path": "x.jpg", "reason": "empty file"}]
+    text = nothing_packed("SRC", skipped, ["img000.jpg", "img001.jpg"])
+    assert text.startswith("SRC: nothing to pack: all 129 inputs were skipped: no label in "
+                           "labels.csv: 128 (e.g. bird/000.jpg, ")
+    assert "the labels file names img000.jpg, img001.jpg; paths are relative to SRC" in text
+    assert "empty file: 1 (e.g. x.jpg)" in text
+    assert "no input files" in nothing_packed("SRC", [])
+
+
+def test_shared_stems_list_only_packed_ones(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "dup.jpg").write_bytes(image_bytes(1))
+    (root / "dup.png").write_bytes(image_bytes(2, "PNG"))
+    (root / "trunc.jpg").write_bytes(image_bytes(3)[:100])
+    (root / "trunc.png").write_bytes(b"")
+    result = run("pack", root, "-o", tmp_path / "o", "-q")
+    assert "1 stems are shared by several files" in result.output
+    assert "joins them): dup\n" in result.output + "\n"
