@@ -1,6 +1,7 @@
 """Unpacking: a packed dataset back to a folder in the layout it came from."""
 
 import csv
+import json
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -8,9 +9,11 @@ from tqdm import tqdm
 
 from packer.dataset import iter_samples, label_field, open_packed
 from packer.errors import DatasetError, UsageProblem
-from packer.formats.base import KEY
+from packer.formats.base import KEY, field_bytes
 from packer.keys import restored_path
 from packer.manifest import partial_path
+
+MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
 
 
 def _safe_relative(path: str, key: str) -> str:
@@ -21,25 +24,35 @@ def _safe_relative(path: str, key: str) -> str:
 
 
 def _labels_file_name(manifest: dict) -> str:
-    labels_file = Path(manifest["source"]["labels_file"])
-    root = Path(manifest["source"]["path"])
-    if labels_file.resolve().is_relative_to(root):
-        return labels_file.resolve().relative_to(root).as_posix()
+    """Where the labels go: the labels file's own place in a packed folder, else
+    `labels.csv`."""
+    source = manifest["source"]
+    if source["kind"] == "files" and source.get("labels_file"):
+        labels_file, root = Path(source["labels_file"]).resolve(), Path(source["path"])
+        if labels_file.is_relative_to(root):
+            return labels_file.relative_to(root).as_posix()
     return "labels.csv"
 
 
-def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool = True) -> dict:
-    """Write every sample's files to `out`; returns counts."""
-    manifest, _ = open_packed(dataset)
+def _check_output(dataset: Path, out: Path, overwrite: bool) -> None:
     if Path(dataset).resolve().is_relative_to(out.resolve()):
         raise UsageProblem(f"-o {out} contains the dataset {dataset}; choose another output")
-    if out.exists() and any(out.iterdir()) and not overwrite:
+    if out.exists() and not out.is_dir():
+        raise UsageProblem(f"-o {out} is a file; choose a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
         raise UsageProblem(f"{out} exists and is not empty; pass --overwrite to replace it")
-    work = partial_path(out)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    if not (out / MARKER_NAME).is_file():
+        raise UsageProblem(f"{out} exists and was not written by `packer unpack`; refusing "
+                           "to replace it, choose another -o")
+
+
+def _write_samples(dataset: Path, manifest: dict, work: Path, progress: bool) -> tuple:
+    """Every sample's files under `work`; returns (files, bytes, labels rows)."""
     label = label_field(manifest)
     classes = manifest.get("classes") or []
+    with_labels = manifest["source"]["labels"] != "folders"
     made_dirs, label_rows, files, written = {work}, [], 0, 0
     for sample in tqdm(iter_samples(dataset), total=manifest["count"], unit="sample",
                        disable=not progress, desc="unpacking"):
@@ -52,15 +65,36 @@ def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool 
             if target.parent not in made_dirs:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 made_dirs.add(target.parent)
-            target.write_bytes(value)
+            data = value if type(value) is bytes else field_bytes(value)
+            target.write_bytes(data)
             paths.append(rel)
-            files, written = files + 1, written + len(value)
-        if label and manifest["source"]["labels"] == "labels-file":
-            label_rows.append((paths[0], classes[sample[label]]))
+            files, written = files + 1, written + len(data)
+        if with_labels and label in sample and paths:
+            label_rows.append((paths[0], classes[sample[label]] if classes else sample[label]))
+    return files, written, label_rows
+
+
+def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool = True) -> dict:
+    """Write every sample's files to `out`, and the labels that no path carries to a
+    labels file; returns counts."""
+    manifest, _ = open_packed(dataset)
+    _check_output(dataset, out, overwrite)
+    work = partial_path(out)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        files, written, label_rows = _write_samples(dataset, manifest, work, progress)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    labels_file = None
     if label_rows:
-        with open(work / _labels_file_name(manifest), "w", newline="", encoding="utf-8") as f:
+        labels_file = _labels_file_name(manifest)
+        with open(work / labels_file, "w", newline="", encoding="utf-8") as f:
             csv.writer(f).writerows([("filename", "label"), *label_rows])
+    (work / MARKER_NAME).write_text(json.dumps({"dataset": str(Path(dataset).resolve())}))
     if out.exists():
         shutil.rmtree(out)
     work.rename(out)
-    return {"output": str(out), "samples": manifest["count"], "files": files, "bytes": written}
+    return {"output": str(out), "samples": manifest["count"], "files": files, "bytes": written,
+            "labels_file": labels_file}
