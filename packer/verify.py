@@ -10,12 +10,15 @@ import msgpack
 from tqdm import tqdm
 
 from packer.dataset import label_field, open_packed
-from packer.errors import PackerError
+from packer.errors import UsageProblem
 from packer.formats.base import KEY, sample_digest
 from packer.keys import restored_path
 from packer.sources.files import scan_folder
 
 MAX_PROBLEMS = 100
+_UNLOCATED = ("{name}: every member reads as tar, so the change is in a file's bytes or in "
+              "padding; tar shards keep no per-sample digests, so `packer verify DATASET "
+              "--against SOURCE` is what names a changed file")
 _READ_ERRORS = (OSError, ValueError, KeyError, tarfile.TarError, msgpack.UnpackException)
 
 
@@ -37,18 +40,20 @@ def _file_problems(folder: Path, part: dict) -> list[str]:
 def _sample_problems(folder: Path, manifest: dict, module, part: dict, name: str,
                      compare) -> tuple[list[str], int]:
     """A part read sample by sample: readable, counted, digested, compared."""
-    problems, digest, seen = [], hashlib.sha256(), 0
+    problems, digest, seen, key = [], hashlib.sha256(), 0, None
     try:
         for sample in module.read_part(folder, manifest, part):
             if "samples_sha256" in part:
                 digest.update(sample_digest(sample))
-            seen += 1
+            seen, key = seen + 1, sample[KEY]
             if compare:
                 problems += compare.check(sample)
     except _READ_ERRORS as err:
-        problems.append(f"{name}: unreadable after {seen} samples: {err}")
+        after = f"sample {key!r}, the {seen:,} read before it" if key else "its start"
+        problems.append(f"{name}: unreadable after {after}: {err}")
     if seen != part["count"]:
-        problems.append(f"{name}: {seen} samples, the manifest says {part['count']}")
+        stop = f" (reading stops after sample {key!r})" if key and seen < part["count"] else ""
+        problems.append(f"{name}: {seen} samples, the manifest says {part['count']}{stop}")
     elif "samples_sha256" in part and digest.hexdigest() != part["samples_sha256"]:
         problems.append(f"{name}: sample contents differ from the manifest's digest")
     return problems, seen
@@ -117,24 +122,37 @@ class _Against:
                 if p not in self.seen and p not in listed]
 
 
+def _check_against(manifest: dict, against: Path) -> None:
+    source = manifest["source"]
+    if source.get("kind") != "files":
+        raise UsageProblem(f"--against {against}: --against takes the source folder of a "
+                           f"dataset packed from files; this one was packed from a "
+                           f"{source.get('kind')} ({source['path']}), so `packer verify` "
+                           "checks it against the manifest's checksums alone")
+    if not against.is_dir():
+        raise UsageProblem(f"--against {against}: not a folder; --against takes the folder "
+                           "the dataset was packed from")
+
+
 def verify(dataset: Path, against: Path | None = None, progress: bool = True) -> dict:
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all)."""
     manifest, module = open_packed(dataset)
-    if against is not None and not Path(against).is_dir():
-        raise PackerError(f"--against {against}: not a folder")
+    if against is not None:
+        _check_against(manifest, Path(against))
     compare = _Against(manifest, Path(against)) if against else None
     problems, count = [], 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
     for part in manifest["parts"]:
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
-        if "sha256" in part:
-            problems += _file_problems(Path(dataset), part)
+        file_problems = _file_problems(Path(dataset), part) if "sha256" in part else []
         if "columns_crc32" in part:  # written as columns: checked as columns, not row by row
             part_problems, seen = _columns_problems(Path(dataset), manifest, part, name)
         else:
             part_problems, seen = _sample_problems(Path(dataset), manifest, module, part, name,
                                                    compare)
-        problems += part_problems
+        if file_problems and not part_problems:
+            part_problems = [_UNLOCATED.format(name=name)]
+        problems += file_problems + part_problems
         count += seen
         bar.update(seen)
     bar.close()

@@ -7,8 +7,11 @@
 
 Members are written with fixed metadata (mtime 0, mode 0444, uid/gid 0), so the
 same samples give byte-identical shards. A shard holds whole samples and is
-closed before it would pass `--shard-size` bytes counted as written (headers and
-padding included) or `--max-count` samples. `cls` is the class id as decimal text.
+closed before it would pass `--shard-size` bytes as written (headers, padding and
+the end of the archive included) or `--max-count` samples; only a shard holding a
+single larger sample passes the size. The end of the archive is two zero blocks,
+then zeros up to a whole 10 KiB tar record where that fits in `--shard-size`.
+`cls` is the class id as decimal text.
 """
 
 import hashlib
@@ -73,6 +76,10 @@ class TarWriter(Writer):
     at most two blocks wait for it.
     """
 
+    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, plan, max_part_bytes - 2 * _BLOCK, max_part_count)
+        self.shard_size = max_part_bytes
+
     def _begin_part(self, part: dict) -> None:
         part["name"] = SHARD_NAME.format(part["index"])
         self._file = open(self.folder / part["name"], "wb")  # noqa: SIM115 (closed in _seal_part)
@@ -100,7 +107,9 @@ class TarWriter(Writer):
         self._writes.append(self._io.submit(_hash_and_write, self._file_digest, self._file, data))
 
     def _seal_part(self, part: dict) -> None:
-        end = b"\0" * (2 * _BLOCK + (-(part["bytes"] + 2 * _BLOCK) % _RECORD))
+        record_fill = -(part["bytes"] + 2 * _BLOCK) % _RECORD
+        room = self.shard_size - part["bytes"] - 2 * _BLOCK
+        end = b"\0" * (2 * _BLOCK + min(record_fill, max(room, 0)))
         self._store(end)
         self._flush()
         while self._writes:
