@@ -23,6 +23,7 @@ from packer.formats import format_module
 from packer.formats.base import LAYOUT_VERSION, Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
+from packer.report import nothing_packed
 from packer.sources import is_table, open_source
 from packer.sources.files import read_file
 
@@ -340,8 +341,8 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     if source.scan_skipped and options.on_error == "fail":
         _fail_on(source.scan_skipped[0], path)
     if not source.count:
-        raise PackerError(f"{path}: nothing to pack ({len(source.scan_skipped)} inputs "
-                          "skipped; see above or run `packer pack` without --on-error fail)")
+        raise PackerError(nothing_packed(path, source.scan_skipped,
+                                         getattr(source, "unmatched_labels", [])))
     plan = {**_plan(source, options), "started_ns": started_ns}
     writer, tally = _start(out, source, plan, options)
     began = time.perf_counter()
@@ -353,6 +354,9 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     except PackerError:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise
+    if not writer.count:
+        shutil.rmtree(writer.folder, ignore_errors=True)
+        raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
     source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
     manifest = _manifest(source, writer, tally, plan, options)
     writer.finish(manifest)

@@ -138,3 +138,13 @@ def test_a_cls_file_clashing_with_folder_labels_is_listed(tmp_path):
     manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
     assert manifest["skipped"][0]["path"] == "cat/a.cls"
     assert [s["cls"] for s in iter_samples(tmp_path / "o")] == [0]
+
+
+def test_a_folder_of_only_bad_inputs_is_an_error_that_says_why(tmp_path):
+    source = tmp_path / "allbad"
+    source.mkdir()
+    (source / "zero.jpg").write_bytes(b"")
+    (source / "text.jpg").write_text("hello")
+    result = run("pack", source, "-o", tmp_path / "out", expect=1)
+    assert "all 2 inputs were skipped" in result.output and "empty file" in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
