@@ -160,10 +160,12 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
 def _plan(source, options: PackOptions) -> dict:
     fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.recorded()],
                                             default=str).encode()).hexdigest()
+    implicit = hasattr(source, "blocks") and options.to == "hdf5"
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
-            "implicit_keys": hasattr(source, "blocks") and options.to == "hdf5",
-            "key_dataset": getattr(source, "key_dataset", "__key__"),
+            "implicit_keys": implicit,
+            # samples keyed by their index need no key dataset: the reader makes the keys
+            "key_dataset": None if implicit else getattr(source, "key_dataset", "__key__"),
             "attrs": getattr(source, "hdf5_attrs", {})}
 
 

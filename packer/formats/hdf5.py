@@ -3,7 +3,7 @@
     OUT/
       manifest.json
       data.h5
-        __key__   (N,) utf-8 strings
+        __key__   (N,) utf-8 strings; none when sample i's key is its index (`%010d`)
         jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
         cls       (N,) int64 class ids
         attrs     classes (names in id order), packer_manifest (the manifest as JSON)
@@ -91,9 +91,9 @@ class Hdf5Writer(Writer):
         # No chunk cache: blocks are written to the file directly, not copied through it.
         self.file = h5py.File(path, "a" if path.exists() else "w", rdcc_nbytes=0)
         self.fields = dict(plan["fields"])
-        # Samples from column blocks have their index as key: stored as int64, not text.
+        # Samples from column blocks have their index as key: no key dataset is written.
         self.implicit_keys = bool(plan.get("implicit_keys"))
-        self.columns = [KEY, *self.fields]
+        self.columns = [*self.fields] if self.implicit_keys else [KEY, *self.fields]
         self.names = dataset_names(plan)
         self._buffer: list[dict] = []
         self._datasets: dict[str, h5py.Dataset] = {}
@@ -107,7 +107,7 @@ class Hdf5Writer(Writer):
         return self._datasets[name]
 
     def _create(self) -> None:
-        specs = {KEY: {"dtype": "int64" if self.implicit_keys else "str"}, **self.fields}
+        specs = {KEY: {"dtype": "str"}, **self.fields}
         for name in self.columns:
             dtype, shape = _layout(specs[name])
             # Rows are always written before they are read: without a fill value to write
@@ -152,8 +152,7 @@ class Hdf5Writer(Writer):
         one part; returns its size."""
         rows = len(next(iter(columns.values())))
         start = self._dataset(self.columns[0]).shape[0]
-        keys = np.arange(self.count, self.count + rows, dtype=np.int64)
-        for name, values in {KEY: keys, **columns}.items():
+        for name, values in columns.items():
             dataset = self._dataset(name)
             dataset.resize(start + rows, axis=0)
             dataset.write_direct(np.ascontiguousarray(values, dataset.dtype),
@@ -200,9 +199,12 @@ class Reader:
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self._open(), self.firsts[part] + start
-        keys = file[self.names[KEY]][first:first + count]
-        if keys.dtype.kind in "iu":  # samples keyed by their index
-            keys = [b"%010d" % i for i in keys.tolist()]
+        if self.names[KEY] is None:  # samples keyed by their index
+            keys = [b"%010d" % i for i in range(first, first + count)]
+        else:
+            keys = file[self.names[KEY]][first:first + count]
+            if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
+                keys = [b"%010d" % i for i in keys.tolist()]
         columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
                    for name, spec in self.fields.items()]
         samples = []
