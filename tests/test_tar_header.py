@@ -19,3 +19,21 @@ def test_fast_header_equals_tarfiles(seed):
 def test_long_and_unicode_names_get_pax_headers(name):
     assert _header(name, 5) == _tarfile_header(name, 5)
     assert len(_header(name, 5)) > 512
+
+
+def test_every_flipped_header_bit_is_caught_by_the_index(tmp_path):
+    from packer.errors import DatasetError
+    from packer.formats.tarindex import index_shard
+
+    member = _header("k.bin", 3) + b"abc" + bytes(509)
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(member + bytes(1024))
+    assert index_shard(str(shard)).keys == ["k"]
+    for bit in range(512 * 8):
+        if bit // 8 in range(148, 156):  # the checksum field itself
+            continue
+        broken = bytearray(member)
+        broken[bit // 8] ^= 1 << (bit % 8)
+        shard.write_bytes(bytes(broken) + bytes(1024))
+        with pytest.raises(DatasetError, match="bad tar header checksum at byte offset 0"):
+            index_shard(str(shard))

@@ -10,7 +10,8 @@ as webdataset groups them.
 import mmap
 import os
 import sys
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from packer.formats.base import KEY
 from packer.keys import split_member
 
 _BLOCK = 512
+_ZERO_BLOCK = bytes(_BLOCK)
 
 
 def _number(field: bytes) -> int:
@@ -45,26 +47,35 @@ def _ustar_name(header: bytes) -> str:
     return (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
 
 
-def members(read: Callable[[int, int], bytes], offset: int, end: int | None,
-            where: str) -> Iterator[tuple[int, str, int, int]]:
+def _checksum_ok(header: bytes) -> bool:
+    """The header's checksum field against the sum of its bytes (the field counted as
+    spaces). Adler-32's first half is 1 + that sum modulo 65521, in C: a flipped bit
+    changes the sum by at most 128, so comparing modulo 65521 misses none."""
+    stored = _number(header[148:156])
+    total = (zlib.adler32(header) & 0xFFFF) - 1 - sum(header[148:156]) + 8 * 32
+    return (stored - total) % 65521 == 0
+
+
+def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
     """(offset of the member's first header, name, data offset, size) of each regular
-    file member from `offset` up to `end` (None: the end of the archive)."""
-    chain_start, long_name, long_size = offset, None, None
-    while end is None or offset < end:
-        header = read(offset, _BLOCK)
-        if len(header) < _BLOCK or header == bytes(_BLOCK):
+    file member of the archive in `data` (bytes or a memory map)."""
+    offset = chain_start = 0
+    long_name = long_size = None
+    while True:
+        header = data[offset:offset + _BLOCK]
+        if len(header) < _BLOCK or header == _ZERO_BLOCK:
             return
-        if _number(header[148:156]) != sum(header) - sum(header[148:156]) + 8 * 32:
+        if not _checksum_ok(header):
             raise DatasetError(f"{where}: bad tar header checksum at byte offset {offset:,}")
         size = long_size if long_size is not None else _number(header[124:136])
         kind, data_offset = header[156:157], offset + _BLOCK
         offset = data_offset + size + (-size % _BLOCK)
         if kind in (b"x", b"L"):
-            data = read(data_offset, size)
+            extra = data[data_offset:data_offset + size]
             if kind == b"L":
-                long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                long_name = extra.rstrip(b"\0").decode("utf-8", "surrogateescape")
             else:
-                records = _pax_records(data)
+                records = _pax_records(extra)
                 long_name = records.get("path", long_name)
                 long_size = int(records["size"]) if "size" in records else None
             continue
@@ -95,7 +106,7 @@ def index_shard(path: str) -> ShardIndex:
         if os.fstat(file.fileno()).st_size == 0:
             raise DatasetError(f"{path}: an empty file, not a tar shard")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            for _, name, data_offset, size in members(lambda o, n: view[o:o + n], 0, None, path):
+            for _, name, data_offset, size in members(view, path):
                 key, field = split_member(name)
                 if not keys or keys[-1] != key:
                     keys.append(key)
