@@ -47,7 +47,8 @@ def table_text(manifest: dict) -> str:
     names = table["features"]
     lines = [f"read and checked {source['rows']:,} rows in {source['scan_seconds']:.1f} s "
              "(before the time above)",
-             f"features: {len(names)} columns: {', '.join(names[:10])}"
+             f"features: {len(names)} column{'' if len(names) == 1 else 's'}: "
+             f"{', '.join(names[:10])}"
              + (" ..." if len(names) > 10 else "")]
     if manifest.get("classes"):
         lines.append(f"label {source['label_columns'][0]!r}: {len(manifest['classes'])} "

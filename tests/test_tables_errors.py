@@ -110,3 +110,12 @@ def test_a_bad_date_is_called_a_date(tmp_path):
     result = run("pack", source, "--label-column", "y", "--date-columns", "ts", "-o",
                  tmp_path / "o", expect=1)
     assert "column 'ts', row 3: '2024-13-45': not a date" in result.output
+
+
+@pytest.mark.parametrize("key", ["/abs", "x/../../etc", "a\\\\b"])
+def test_a_key_that_is_not_a_relative_path_is_refused(tmp_path, key):
+    source = tmp_path / "k.csv"
+    source.write_text(f"id,a,y\n{key},1,x\nok,2,y\n")
+    result = run("pack", source, "--key-column", "id", "--label-column", "y", "-o",
+                 tmp_path / "o", expect=1)
+    assert "key column 'id', row 2" in result.output and "relative path" in result.output

@@ -288,7 +288,15 @@ class TableSource:
                               + ": every row needs a key")
         if pd.api.types.is_float_dtype(series) and (series == series.round()).all():
             series = series.astype(np.int64)
-        return np.array([encode_key(str(v)) for v in series], dtype=object)
+        text = series.astype(str)
+        unsafe = (text.str.startswith("/") | text.str.contains(r"(?:^|/)\.\.(?:/|$)")
+                  | text.str.contains("\\", regex=False)).to_numpy()
+        if unsafe.any():
+            raise PackerError(first_problems(self.path, self.table, self.cols.key, series,
+                                             unsafe, offset, role="key column")
+                              + ": a key is a relative path (it names the sample's files when "
+                              "unpacked): no leading /, no .. and no backslash")
+        return np.array([encode_key(v) for v in text], dtype=object)
 
     def _finish_labels(self, names: Categories) -> None:
         self.classes = names.names() if self.classify else None
