@@ -88,13 +88,19 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
     """Encode a run of read samples (or their skip entries) with a format `module`."""
     chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes))
     encoded, digests = [], []
+    pieces = getattr(module, "encode_pieces", None)
     for position, (sample, skipped) in enumerate(outcomes):
         if sample is None:
             chunk.skipped[position] = skipped
             continue
-        data = module.encode(sample)
-        encoded.append(data)
-        chunk.lengths.append(len(data))
+        if pieces:
+            parts = pieces(sample)
+            encoded += parts
+            chunk.lengths.append(sum(map(len, parts)))
+        else:
+            data = module.encode(sample)
+            encoded.append(data)
+            chunk.lengths.append(len(data))
         if module.SAMPLE_DIGESTS:
             digests.append(sample_digest(sample))
         sizes = tuple((k, value_size(v)) for k, v in sample.items() if k != KEY)

@@ -27,7 +27,6 @@ from packer.keys import split_member
 SHARD_NAME = "shard-{:06d}.tar"
 _BLOCK = 512
 _RECORD = 10240
-_WRITE_BYTES = 1 << 20
 
 
 def _tarfile_header(name: str, size: int) -> bytes:
@@ -58,22 +57,27 @@ def _header(name: str, size: int) -> bytes:
 SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
 
 
-def encode(sample: dict) -> bytes:
-    """The sample's tar members, `KEY.FIELD` in field order."""
+def encode_pieces(sample: dict) -> list[bytes]:
+    """The sample's tar members, `KEY.FIELD` in field order: header, data and padding
+    of each (joined once per run of samples, not once per sample)."""
     key, members = sample[KEY], []
     for name, value in sample.items():
         if name != KEY:
             data = value if type(value) is bytes else field_bytes(value)
             members += (_header(f"{key}.{name}", len(data)), data, _PADDING[len(data) % _BLOCK])
-    return b"".join(members)
+    return members
+
+
+def encode(sample: dict) -> bytes:
+    return b"".join(encode_pieces(sample))
 
 
 class TarWriter(Writer):
     """Writes shard-NNNNNN.tar files; a part is a shard.
 
-    Pending samples are hashed and written in 1 MB blocks by a thread (both release
-    the GIL), so the disk and the checksum overlap with encoding the next samples;
-    at most two blocks wait for it.
+    Runs of encoded samples are hashed and written by a thread (both release the GIL),
+    straight from the workers' buffers, so the disk and the checksum overlap with
+    encoding the next samples; at most two runs wait for it.
     """
 
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
@@ -84,34 +88,24 @@ class TarWriter(Writer):
         part["name"] = SHARD_NAME.format(part["index"])
         self._file = open(self.folder / part["name"], "wb")  # noqa: SIM115 (closed in _seal_part)
         self._file_digest = hashlib.sha256()
-        self._pending, self._pending_bytes = [], 0
         self._writes: deque[Future] = deque()
         if not hasattr(self, "_io"):
             self._io = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
 
-    def _store(self, encoded: bytes) -> None:
-        self._pending.append(encoded)
-        self._pending_bytes += len(encoded)
-        if self._pending_bytes >= _WRITE_BYTES:
-            self._flush()
-
-    def _store_run(self, data: memoryview, lengths: list[int]) -> None:
-        self._store(data)
-
-    def _flush(self) -> None:
-        """Hand the pending samples to the writing thread as one block."""
-        data = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
+    def _store(self, data) -> None:
+        """Hand `data` (a run of samples, or the end of the archive) to the writing thread."""
         while len(self._writes) >= 2:
             self._writes.popleft().result()
         self._writes.append(self._io.submit(_hash_and_write, self._file_digest, self._file, data))
+
+    def _store_run(self, data: memoryview, lengths: list[int]) -> None:
+        self._store(data)
 
     def _seal_part(self, part: dict) -> None:
         record_fill = -(part["bytes"] + 2 * _BLOCK) % _RECORD
         room = self.shard_size - part["bytes"] - 2 * _BLOCK
         end = b"\0" * (2 * _BLOCK + min(record_fill, max(room, 0)))
         self._store(end)
-        self._flush()
         while self._writes:
             self._writes.popleft().result()
         self._file.close()
