@@ -84,9 +84,16 @@ def test_unpack_overwrite_replaces_only_an_earlier_unpack(table, tmp_path):
 
 
 def test_unpack_refusing_an_unsafe_key_leaves_nothing(tmp_path):
+    import lmdb
+    import msgpack
+
     table = tmp_path / "t.csv"
-    table.write_text("id,a,y\n../evil,1,x\nok,2,y\n")
-    run("pack", table, "--label-column", "y", "--key-column", "id", "-o", tmp_path / "w", "-q")
+    table.write_text("id,a,y\nevil,1,x\nok,2,y\n")
+    run("pack", table, "--label-column", "y", "--key-column", "id", "--to", "lmdb",
+        "-o", tmp_path / "w", "-q")
+    with lmdb.open(str(tmp_path / "w")) as env, env.begin(write=True) as txn:
+        sample = msgpack.unpackb(txn.get(b"%010d" % 0))
+        txn.put(b"%010d" % 0, msgpack.packb({**sample, "__key__": "../evil"}))
     result = run("unpack", tmp_path / "w", "-o", tmp_path / "un", expect=1)
     assert "would leave the output folder" in result.output
     assert not (tmp_path / "un.partial").exists() and not (tmp_path / "un").exists()
