@@ -232,7 +232,17 @@ def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
 
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader that tells its PackedDataset how many batches were consumed,
-    so that `dataset.state_dict()` can resume exactly where training stopped."""
+    so that `dataset.state_dict()` can resume exactly where training stopped, and
+    whose len() counts the batches it really gives: each worker ends its share of
+    the epoch with a batch of its own, so there can be one short batch per worker."""
+
+    def __len__(self) -> int:
+        if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
+            return super().__len__()
+        sizes = self.dataset.worker_sizes(max(self.num_workers, 1))
+        if self.drop_last:
+            return sum(size // self.batch_size for size in sizes)
+        return sum(-(-size // self.batch_size) for size in sizes)
 
     def __iter__(self):
         dataset = self.dataset

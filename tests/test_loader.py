@@ -201,3 +201,11 @@ def test_image_pairs_keep_their_fields(tmp_path):
     ds = packer.open_dataset(tmp_path / "wds")
     assert ds.image_field is None
     assert {"jpg", "png"} <= set(next(iter(ds)))
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_len_of_the_loader_counts_the_batches_it_gives(packed, workers):
+    ds = packer.open_dataset(packed["webdataset"], decode="raw")
+    for drop_last in (False, True):
+        loader = packer.DataLoader(ds, batch_size=16, num_workers=workers, drop_last=drop_last)
+        assert len(loader) == sum(1 for _ in loader)
