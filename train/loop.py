@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +140,8 @@ def train_epoch(run: Run, loader, epoch: int) -> dict:
     generator = torch.Generator().manual_seed(config.seed * 100_003 + epoch)
     total_loss, samples, waited = 0.0, 0, 0.0
     began = mark = time.perf_counter()
-    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{config.epochs}", disable=not run.main,
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{config.epochs}",
+               disable=not run.main or not sys.stderr.isatty(),  # no bars in log files
                leave=False, dynamic_ncols=True)
     for batch in bar:
         waited += time.perf_counter() - mark
