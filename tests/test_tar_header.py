@@ -37,3 +37,19 @@ def test_every_flipped_header_bit_is_caught_by_the_index(tmp_path):
         shard.write_bytes(bytes(broken) + bytes(1024))
         with pytest.raises(DatasetError, match="bad tar header checksum at byte offset 0"):
             index_shard(str(shard))
+
+
+def test_a_truncated_shard_is_an_error_not_a_short_sample(tmp_path):
+    from packer.errors import DatasetError
+    from packer.formats.tarindex import index_shard
+
+    member = _header("k.bin", 600) + bytes(600) + bytes(424)
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(member * 2)  # complete, without the end-of-archive blocks
+    assert index_shard(str(shard)).keys == ["k"]
+    shard.write_bytes(member + member[:700])
+    with pytest.raises(DatasetError, match="truncated: the member at byte offset 1,536"):
+        index_shard(str(shard))
+    shard.write_bytes(member + member[:100])
+    with pytest.raises(DatasetError, match="inside the tar header"):
+        index_shard(str(shard))

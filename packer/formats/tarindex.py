@@ -61,14 +61,22 @@ def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
     file member of the archive in `data` (bytes or a memory map)."""
     offset = chain_start = 0
     long_name = long_size = None
+    end = len(data)
     while True:
         header = data[offset:offset + _BLOCK]
-        if len(header) < _BLOCK or header == _ZERO_BLOCK:
+        if not header or header == _ZERO_BLOCK:  # the end (its zero blocks may be missing)
             return
+        if len(header) < _BLOCK:
+            raise DatasetError(f"{where}: truncated: the file ends at byte {end:,}, inside "
+                               f"the tar header that starts at byte offset {offset:,}")
         if not _checksum_ok(header):
             raise DatasetError(f"{where}: bad tar header checksum at byte offset {offset:,}")
         size = long_size if long_size is not None else _number(header[124:136])
         kind, data_offset = header[156:157], offset + _BLOCK
+        if data_offset + size > end:
+            raise DatasetError(f"{where}: truncated: the member at byte offset {chain_start:,} "
+                               f"holds {size:,} bytes from offset {data_offset:,}, but the "
+                               f"file ends at byte {end:,}")
         offset = data_offset + size + (-size % _BLOCK)
         if kind in (b"x", b"L"):
             extra = data[data_offset:data_offset + size]
