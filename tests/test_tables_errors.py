@@ -112,7 +112,8 @@ def test_a_bad_date_is_called_a_date(tmp_path):
     assert "column 'ts', row 3: '2024-13-45': not a date" in result.output
 
 
-@pytest.mark.parametrize("key", ["/abs", "x/../../etc", "a\\\\b"])
+@pytest.mark.parametrize("key", ["/abs", "x/../../etc", "a\\\\b", "a//b", "./c", "d/", ".",
+                                 "e/./f"])
 def test_a_key_that_is_not_a_relative_path_is_refused(tmp_path, key):
     source = tmp_path / "k.csv"
     source.write_text(f"id,a,y\n{key},1,x\nok,2,y\n")

@@ -289,13 +289,16 @@ class TableSource:
         if pd.api.types.is_float_dtype(series) and (series == series.round()).all():
             series = series.astype(np.int64)
         text = series.astype(str)
-        unsafe = (text.str.startswith("/") | text.str.contains(r"(?:^|/)\.\.(?:/|$)")
+        # Each key must be its own normalised relative path, so that no two keys name
+        # the same file when unpacked: no empty, `.` or `..` part, no backslash.
+        unsafe = (text.str.contains(r"(?:^|/)\.{0,2}(?:/|$)")
                   | text.str.contains("\\", regex=False)).to_numpy()
         if unsafe.any():
             raise PackerError(first_problems(self.path, self.table, self.cols.key, series,
                                              unsafe, offset, role="key column")
                               + ": a key is a relative path (it names the sample's files when "
-                              "unpacked): no leading /, no .. and no backslash")
+                              "unpacked): no leading or trailing /, no //, no . or .. part "
+                              "and no backslash")
         return np.array([encode_key(v) for v in text], dtype=object)
 
     def _finish_labels(self, names: Categories) -> None:
