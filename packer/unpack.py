@@ -34,6 +34,15 @@ def _labels_file_name(manifest: dict) -> str:
     return "labels.csv"
 
 
+def _free_name(folder: Path, name: str) -> str:
+    """`name`, or `STEM-2.SUFFIX`, ... when an unpacked file already has it."""
+    path, number = PurePosixPath(name), 1
+    while (folder / name).exists():
+        number += 1
+        name = str(path.with_name(f"{path.stem}-{number}{path.suffix}"))
+    return name
+
+
 def _check_output(dataset: Path, out: Path, overwrite: bool) -> None:
     if Path(dataset).resolve().is_relative_to(out.resolve()):
         raise UsageProblem(f"-o {out} contains the dataset {dataset}; choose another output")
@@ -89,7 +98,7 @@ def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool 
         raise
     labels_file = None
     if label_rows:
-        labels_file = _labels_file_name(manifest)
+        labels_file = _free_name(work, _labels_file_name(manifest))
         with open(work / labels_file, "w", newline="", encoding="utf-8") as f:
             csv.writer(f).writerows([("filename", "label"), *label_rows])
     (work / MARKER_NAME).write_text(json.dumps({"dataset": str(Path(dataset).resolve())}))

@@ -104,3 +104,17 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(table, tmp_path):
     assert "packing to" not in result.output
     result = run("unpack", tmp_path / "w", "-o", tmp_path / "un")
     assert "unpacking" not in result.output and "unpacked 3 samples" in result.output
+
+
+def test_the_unpacked_labels_file_never_replaces_an_unpacked_file(tmp_path):
+    folder = tmp_path / "flat"
+    folder.mkdir()
+    (folder / "labels.csv").write_text("a data file that happens to be called labels.csv\n")
+    (folder / "notes.txt").write_text("hello\n")
+    labels = tmp_path / "my-labels.csv"
+    labels.write_text("filename,label\nlabels.csv,x\nnotes.txt,y\n")
+    run("pack", folder, "--labels", labels, "-o", tmp_path / "w", "-q")
+    run("unpack", tmp_path / "w", "-o", tmp_path / "un", "-q")
+    assert (tmp_path / "un" / "labels.csv").read_bytes() == (folder / "labels.csv").read_bytes()
+    rows = list(csv.reader((tmp_path / "un" / "labels-2.csv").open()))
+    assert rows == [["filename", "label"], ["labels.csv", "x"], ["notes.txt", "y"]]
