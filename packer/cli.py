@@ -180,7 +180,8 @@ def cli():
 @click.option("--delimiter", metavar="CHAR",
               help="CSV: the field delimiter (default: detected among , tab ; |).")
 @click.option("--encoding", metavar="NAME",
-              help="CSV: the text encoding (default: detected; utf-8, utf-8 with BOM, GBK ...).")
+              help="CSV and --labels files: the text encoding (default: detected; utf-8, "
+                   "utf-8 with BOM, GBK ...), e.g. --encoding gbk.")
 @json_option
 @quiet_option
 def pack(source, out, as_json, quiet, **options):

@@ -57,7 +57,19 @@ def labels_text(manifest: dict) -> str:
              "column": "column " + ", ".join(source.get("label_columns") or []),
              "record-field": f"record field {source.get('label_field')}"}.get(kind, kind)
     classes = manifest.get("classes")
-    return f"{where} ({_plural(len(classes), 'class', 'classes')})" if classes else where
+    text = f"{where} ({_plural(len(classes), 'class', 'classes')})" if classes else where
+    return text + _labels_file_notes(source.get("labels_read") or {})
+
+
+def _labels_file_notes(read: dict) -> str:
+    """How a labels file was read, where a reader would want to check it."""
+    notes = []
+    if read.get("header"):
+        notes.append("its first row was taken as a header: " + ",".join(read["header"]))
+    if read.get("encoding") not in (None, "utf-8", "utf-8-sig"):
+        notes.append(f"read as {read['encoding']}; if the class names look wrong, pass "
+                     "--encoding")
+    return "".join(f"; {note}" for note in notes)
 
 
 def _no_labels_text(source: dict) -> str:

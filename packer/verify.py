@@ -114,7 +114,8 @@ class _Against:
         scan = scan_folder(self.source, labels=Path(options["labels"]) if options["labels"]
                            else None, unlabelled=options["unlabelled"],
                            group_by_stem=options["group_by_stem"],
-                           follow_symlinks=options["follow_symlinks"])
+                           follow_symlinks=options["follow_symlinks"],
+                           labels_encoding=options.get("encoding"))
         listed = {e["path"] for e in manifest["skipped"] + manifest["ignored"]}
         listed |= {e["path"] for e in scan.notes.skipped + scan.notes.ignored}
         return [f"{p}: in the source but neither packed nor listed as skipped"

@@ -97,3 +97,18 @@ def test_shared_stems_list_only_packed_ones(tmp_path):
     result = run("pack", root, "-o", tmp_path / "o", "-q")
     assert "1 stems are shared by several files" in result.output
     assert "joins them): dup\n" in result.output + "\n"
+
+
+def test_a_labels_file_in_gbk_can_be_named_and_its_reading_is_shown(tmp_path):
+    from conftest import image_bytes
+
+    folder = tmp_path / "flat"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"img{i}.jpg").write_bytes(image_bytes(i))
+    labels = tmp_path / "lab.csv"
+    labels.write_bytes("文件,类别\nimg0.jpg,猫\nimg1.jpg,狗\nimg2.jpg,猫\nimg3.jpg,狗\n"
+                       .encode("gbk"))
+    result = run("pack", folder, "--labels", labels, "--encoding", "gbk", "-o", tmp_path / "o")
+    assert "its first row was taken as a header: 文件,类别; read as gbk" in result.output
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["classes"] == ["狗", "猫"]

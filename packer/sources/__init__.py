@@ -35,5 +35,6 @@ def open_source(path: Path, options):
         return open_table_source(path, options)
     scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                              group_by_stem=options.group_by_stem,
-                             follow_symlinks=options.follow_symlinks)
+                             follow_symlinks=options.follow_symlinks,
+                             labels_encoding=options.encoding)
     return scan, files.read_job

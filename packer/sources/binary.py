@@ -244,7 +244,8 @@ class BinaryFolder:
     def __init__(self, path: Path, options):
         self.spec, self.tail = load_spec(options.spec), options.tail
         self.scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
-                                      follow_symlinks=options.follow_symlinks)
+                                      follow_symlinks=options.follow_symlinks,
+                                      labels_encoding=options.encoding)
         names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
         self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)

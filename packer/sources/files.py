@@ -60,6 +60,7 @@ class Scan:
     class_ids: dict[str, int] | None = None  # folders: class folder name -> id
     labels: dict[str, int] | None = None  # labels file: relative path -> id
     labels_file: str | None = None
+    labels_read: dict | None = None  # the labels file's encoding and header row
     exclude: set[str] = field(default_factory=set)
     count: int = 0
     input_bytes: int = 0  # not known from the listing: packing counts the bytes it reads
@@ -109,7 +110,8 @@ class Scan:
         return {
             "source": {"kind": "files", "path": str(self.root.resolve()),
                        "labels": self.label_source, "labels_file": self.labels_file,
-                       "samples": self.count, "bytes": self.input_bytes,
+                       "labels_read": self.labels_read, "samples": self.count,
+                       "bytes": self.input_bytes,
                        "top_files": self.top_files[:5], "top_file_count": len(self.top_files)},
             "ignored": self.notes.ignored,
             "symlinks": {"followed": self.follow_symlinks, "count": self.notes.symlinks},
@@ -255,15 +257,18 @@ def _top_entries(root: Path, exclude: set[str]) -> tuple[list[str], list[str]]:
 
 
 def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = False,
-                group_by_stem: bool = False, follow_symlinks: bool = True) -> Scan:
+                group_by_stem: bool = False, follow_symlinks: bool = True,
+                labels_encoding: str | None = None) -> Scan:
     """Decide the layout, then count the samples in one pass over the folder."""
     root = Path(root)
     if not root.is_dir():
         raise PackerError(f"{root}: not a folder")
     scan = Scan(root, group_by_stem, follow_symlinks)
     if labels is not None:
-        scan.classes, scan.labels = label_ids(read_labels_file(labels, root))
+        found = read_labels_file(labels, root, labels_encoding)
+        scan.classes, scan.labels = label_ids(found.labels)
         scan.label_source, scan.labels_file = "labels-file", str(labels)
+        scan.labels_read = {"encoding": found.encoding, "header": found.header}
         if labels.resolve().is_relative_to(root.resolve()):
             scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
     elif not unlabelled:

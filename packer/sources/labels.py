@@ -1,14 +1,16 @@
 """Labels files: `filename,label` CSV rows that label the files of a flat folder.
 
-The encoding (utf-8, with or without a BOM, GBK, ...) and the delimiter (`,`, tab,
-`;`, `|`) are detected as for tables. Paths are relative to the packed folder:
-`./a.jpg` and `sub\\a.jpg` are read as `a.jpg` and `sub/a.jpg`. The first row is a
-header when its first cell is a header word (filename, file, path, name, image), or
-when it names no file in the folder, its label is no other row's label, and one of
-the next 20 rows names a file.
+The encoding (utf-8, with or without a BOM, GBK, ...; `--encoding` overrides) and
+the delimiter (`,`, tab, `;`, `|`) are detected as for tables. Paths are relative
+to the packed folder: `./a.jpg` and `sub\\a.jpg` are read as `a.jpg` and `sub/a.jpg`.
+The first row is a header when its first cell is a header word (filename, file,
+path, name, image), or when it names no file in the folder, its label is no other
+row's label, and one of the next 20 rows names a file; the pack summary shows a row
+taken as a header.
 """
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from packer.errors import PackerError
@@ -17,21 +19,29 @@ _HEADER_WORDS = {"filename", "file", "path", "name", "image"}
 _HEADER_LOOKAHEAD = 20  # rows after the first looked at to tell a header
 
 
-def _lines(path: Path) -> list[str]:
+@dataclass
+class LabelsFile:
+    labels: dict[str, str]  # path relative to the packed folder -> label
+    encoding: str  # as given with --encoding, or detected
+    header: list[str] | None  # the first row, when it was taken as a header
+
+
+def _lines(path: Path, encoding: str | None) -> tuple[list[str], str]:
     from packer.tables.readers import SAMPLE_BYTES, detect_encoding
 
     try:
         data = Path(path).read_bytes()
-        return data.decode(detect_encoding(path, data[:SAMPLE_BYTES])).splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise PackerError(f"{path}: cannot read the labels file: {err}") from None
+        encoding = encoding or detect_encoding(path, data[:SAMPLE_BYTES])
+        return data.decode(encoding).splitlines(), encoding
+    except (OSError, UnicodeDecodeError, LookupError) as err:
+        raise PackerError(f"{path}: cannot read the labels file: {err}; pass --encoding "
+                          "(for example gbk, latin-1)") from None
 
 
-def _rows(path: Path) -> list[tuple[int, list[str]]]:
+def _rows(lines: list[str]) -> list[tuple[int, list[str]]]:
     """(file line number, cells) of every row that is not blank."""
     from packer.tables.readers import SNIFF_ROWS, detect_delimiter
 
-    lines = _lines(path)
     reader = csv.reader(lines, delimiter=detect_delimiter(lines[:SNIFF_ROWS], ".csv"))
     return [(reader.line_num, [cell.strip() for cell in row])
             for row in reader if any(cell.strip() for cell in row)]
@@ -50,12 +60,13 @@ def _is_header(rows: list[tuple[int, list[str]]], root: Path) -> bool:
     return any((root / _relative(row[0])).is_file() for row in rest[:_HEADER_LOOKAHEAD])
 
 
-def read_labels_file(path: Path, root: Path) -> dict[str, str]:
-    """`{path relative to root: label}` from `filename,label` rows. Two rows that give
+def read_labels_file(path: Path, root: Path, encoding: str | None = None) -> LabelsFile:
+    """The labels of `filename,label` rows, paths relative to root. Two rows that give
     one file different labels are an error."""
-    rows = _rows(path)
+    lines, encoding = _lines(path, encoding)
+    rows, header = _rows(lines), None
     if rows and _is_header(rows, root):
-        rows = rows[1:]
+        header, rows = rows[0][1], rows[1:]
     labels: dict[str, tuple[str, int]] = {}
     for line, row in rows:
         if len(row) < 2 or not row[1]:
@@ -68,7 +79,7 @@ def read_labels_file(path: Path, root: Path) -> dict[str, str]:
         labels.setdefault(name, (label, line))
     if not labels:
         raise PackerError(f"{path}: the labels file has no rows")
-    return {name: label for name, (label, _) in labels.items()}
+    return LabelsFile({name: label for name, (label, _) in labels.items()}, encoding, header)
 
 
 def label_ids(labels: dict[str, str]) -> tuple[list[str], dict[str, int]]:
