@@ -179,6 +179,9 @@ def cli():
               help="Table: rows to skip after the header (a units line, say).")
 @click.option("--delimiter", metavar="CHAR",
               help="CSV: the field delimiter (default: detected among , tab ; |).")
+@click.option("--decimal", type=click.Choice([".", ","]),
+              help="CSV: the decimal mark (default: detected: a comma when numbers such as "
+                   "1,5 appear and none such as 1.5), e.g. --decimal ,")
 @click.option("--encoding", metavar="NAME",
               help="CSV and --labels files: the text encoding (default: detected; utf-8, "
                    "utf-8 with BOM, GBK ...), e.g. --encoding gbk.")

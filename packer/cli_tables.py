@@ -15,10 +15,13 @@ import click
               help="Rows to skip after the header.")
 @click.option("--delimiter", metavar="CHAR", help="CSV: the delimiter (default: detected).")
 @click.option("--encoding", metavar="NAME", help="CSV: the encoding (default: detected).")
+@click.option("--decimal", type=click.Choice([".", ","]),
+              help="CSV: the decimal mark (default: detected).")
 @click.option("--rows", type=click.IntRange(min=0), default=5, show_default=True,
               help="First data rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def inspect_table(path, sheet, header_row, skip_rows, delimiter, encoding, rows, as_json):
+def inspect_table(path, sheet, header_row, skip_rows, delimiter, encoding, decimal, rows,
+                  as_json):
     """Show a table as `packer pack` would read it: sheets, the header row, each column's
     inferred type, empty and non-numeric counts, and the first rows.
 
@@ -32,7 +35,7 @@ def inspect_table(path, sheet, header_row, skip_rows, delimiter, encoding, rows,
     from packer.tables.inspect import inspect_text
 
     report = run_inspect(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
-                         delimiter=delimiter, encoding=encoding, rows=rows)
+                         delimiter=delimiter, encoding=encoding, decimal=decimal, rows=rows)
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
                else inspect_text(report))
 
@@ -58,6 +61,10 @@ def table_text(manifest: dict) -> str:
     if table["left_out"]:
         lines.append("not features: " + "; ".join(f"{n!r} ({why})"
                                                   for n, why in table["left_out"].items()))
+    if source.get("decimal") == ",":
+        lines.append("numbers read with a decimal comma (1,5 is 1.5)"
+                     + (", as detected; --decimal . reads them otherwise"
+                        if source.get("decimal_guessed") else ""))
     for name, origin in table.get("date_origins", {}).items():
         lines.append(f"date {name!r}: seconds since {origin}")
     for name, lost in table.get("float32_inexact", {}).items():

@@ -59,6 +59,7 @@ class PackOptions:
     header_row: int | None = None
     skip_rows: int = 0
     delimiter: str | None = None
+    decimal: str | None = None
     encoding: str | None = None
     label_column: tuple = ()
     feature_columns: tuple = ()

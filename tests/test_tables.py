@@ -244,3 +244,15 @@ def test_inspect_table_shows_excel_dates_as_dates(tmp_path):
     output = run("inspect-table", source).output
     assert "2024-01-01T01:00:37 .. 2024-01-02T00:00:00" in output
     assert "  时间                     date" in output  # two columns per CJK character
+
+
+def test_commas_before_three_digits_are_not_taken_for_decimal_commas(tmp_path):
+    source = tmp_path / "th.csv"
+    source.write_text("a;b;y\n1,234;5,678;x\n2,000;3,000;y\n")
+    result = run("pack", source, "--label-column", "y", "-o", tmp_path / "o", expect=2)
+    assert "'a': numbers with a comma (such as 1,234); pass --decimal ," in result.output
+    result = run("pack", source, "--label-column", "y", "--decimal", ",", "--to", "hdf5",
+                 "-o", tmp_path / "o")
+    assert "numbers read with a decimal comma" in result.output
+    assert [s["npy"].tolist() for s in read_back(tmp_path / "o")] == [
+        [pytest.approx(1.234), pytest.approx(5.678)], [2, 3]]

@@ -82,7 +82,7 @@ class TableSource:
                                f"{'|'.join(NA_POLICIES)} and --task {'|'.join(TASKS)}")
         self.table = open_table(self.path, sheet=options.sheet, header_row=options.header_row,
                                 skip_rows=options.skip_rows, delimiter=options.delimiter,
-                                encoding=options.encoding)
+                                encoding=options.encoding, decimal=options.decimal)
         sample = self.table.head(SAMPLE_ROWS)
         if sample.empty:
             raise PackerError(f"{self.path}: the header (row {self.table.header_row}) is "

@@ -75,6 +75,21 @@ def inferred_type(series: pd.Series) -> str:
     return "text"
 
 
+_COMMA_NUMBERS = r"[-+]?[\d.]*\d,\d+"
+
+
+def _left_out_reason(kind: str, series: pd.Series) -> str:
+    if kind == "empty":
+        return "empty in the first rows"
+    if kind == "date":
+        return "dates; pass --date-columns to include it"
+    text = series.dropna().astype(str).str.strip()
+    if len(text) and text.str.fullmatch(_COMMA_NUMBERS).mean() > 0.5:
+        return ("numbers with a comma (such as 1,234); pass --decimal , if the comma is "
+                "the decimal mark")
+    return "text; pass --categorical to include it"
+
+
 @dataclass
 class Columns:
     """The roles of the table's columns."""
@@ -114,15 +129,15 @@ def choose_columns(names: list[str], sample: pd.DataFrame, options, path) -> Col
             if kind in ("number", "integer", "bool"):
                 chosen.add(name)
             else:
-                left_out[name] = {"empty": "empty in the first rows",
-                                  "date": "dates; pass --date-columns to include it",
-                                  }.get(kind, "text; pass --categorical to include it")
+                left_out[name] = _left_out_reason(kind, sample[name])
     chosen = (chosen | set(categorical) | set(dates)) - dropped - special
     features = [n for n in names if n in chosen]
     if not features:
+        reasons = "; ".join(f"{name!r}: {why}" for name, why in left_out.items())
         raise UsageProblem(f"{path}: no feature columns (numeric columns other than the label "
                            "and key); name them with --feature-columns, or map text columns "
-                           f"with --categorical. Columns: {_list_names(names)}")
+                           f"with --categorical. Columns: {_list_names(names)}"
+                           + (f". Left out: {reasons}" if reasons else ""))
     return Columns(features, labels, key, [c for c in categorical if c in chosen],
                    [c for c in dates if c in chosen], left_out)
 

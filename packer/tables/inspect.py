@@ -15,9 +15,9 @@ CHUNK_ROWS = 1 << 16
 
 
 def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
-                  encoding=None, rows: int = 5) -> dict:
+                  encoding=None, decimal=None, rows: int = 5) -> dict:
     table = open_table(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
-                       delimiter=delimiter, encoding=encoding)
+                       delimiter=delimiter, encoding=encoding, decimal=decimal)
     names = table.names
     counts = {n: {"empty": 0, "non_numeric": 0, "example": None, "min": None, "max": None}
               for n in names}

@@ -79,19 +79,21 @@ def detect_delimiter(lines: list[str], suffix: str) -> str:
     return best or preferred[0]
 
 
-_DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+")
-_DECIMAL_POINT = re.compile(r"[-+]?\d*\.\d+")
+_COMMA_NUMBER = re.compile(r"[-+]?\d+,(\d+)")
+_POINT_NUMBER = re.compile(r"[-+]?\d*\.\d+")
 
 
 def detect_decimal(rows: list[list[str]], delimiter: str) -> str:
-    """`,` when numbers are written with a decimal comma (`1,5` in a `;` file, as
-    European spreadsheets export them) and none with a point; else `.`."""
+    """`,` when the numbers are written with a decimal comma, as European spreadsheets
+    export them (`1,5` in a file not delimited by commas), and none with a point;
+    else `.`. Commas followed by exactly three digits alone (`1,234`) could be
+    thousands separators, and are not taken as decimal commas."""
     if delimiter == ",":
         return "."
     cells = [cell.strip() for row in rows for cell in row]
-    commas = sum(bool(_DECIMAL_COMMA.fullmatch(cell)) for cell in cells)
-    points = sum(bool(_DECIMAL_POINT.fullmatch(cell)) for cell in cells)
-    return "," if commas and not points else "."
+    decimals = [m.group(1) for m in map(_COMMA_NUMBER.fullmatch, cells) if m]
+    points = any(_POINT_NUMBER.fullmatch(cell) for cell in cells)
+    return "," if any(len(d) != 3 for d in decimals) and not points else "."
 
 
 def guess_header(rows: list[list]) -> int:
@@ -140,7 +142,8 @@ class Table:
 class CsvTable(Table):
     kind = "csv"
 
-    def __init__(self, path: Path, delimiter=None, encoding=None, header_row=None, skip_rows=0):
+    def __init__(self, path: Path, delimiter=None, encoding=None, header_row=None, skip_rows=0,
+                 decimal=None):
         self.path = path
         with open(path, "rb") as file:
             sample = file.read(SAMPLE_BYTES)
@@ -172,7 +175,8 @@ class CsvTable(Table):
         self.header_index = sum(1 for row in rows[:index] if row)
         self.skip_after = list(range(index + 1, index + 1 + skip_rows))
         self.first_data_row = index + 2 + skip_rows
-        self.decimal = detect_decimal(rows[index + 1:], self.delimiter)
+        self.decimal = decimal or detect_decimal(rows[index + 1:], self.delimiter)
+        self.decimal_guessed = decimal is None
 
     def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
         # Every column is parsed: with `usecols`, pandas drops the fields of a row that
@@ -206,7 +210,7 @@ class CsvTable(Table):
 
     def describe(self) -> dict:
         return {**super().describe(), "encoding": self.encoding, "delimiter": self.delimiter,
-                "decimal": self.decimal}
+                "decimal": self.decimal, "decimal_guessed": self.decimal_guessed}
 
 
 def _parser_message(err: Exception) -> str:
@@ -304,7 +308,7 @@ class ParquetTable(Table):
 
 
 def open_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
-               encoding=None) -> Table:
+               encoding=None, decimal=None) -> Table:
     """The table in `path`, by its suffix."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -319,5 +323,5 @@ def open_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimite
         return ParquetTable(path)
     if sheet:
         raise UsageProblem(f"--sheet applies to Excel workbooks; {path} is a text table")
-    return CsvTable(path, delimiter, encoding, header_row, skip_rows or 0)
+    return CsvTable(path, delimiter, encoding, header_row, skip_rows or 0, decimal)
 
