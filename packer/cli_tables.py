@@ -67,7 +67,13 @@ def table_text(manifest: dict) -> str:
                         if source.get("decimal_guessed") else ""))
     for name, origin in table.get("date_origins", {}).items():
         lines.append(f"date {name!r}: seconds since {origin}")
+    dates = set(table.get("date_columns") or [])
     for name, lost in table.get("float32_inexact", {}).items():
+        if name in dates:
+            lines.append(f"date {name!r}: {lost['values']:,} times are off by up to "
+                         f"{lost['largest_change']:g} s in float32, which counts whole "
+                         "seconds exactly only within 194 days of the first date")
+            continue
         lines.append(f"column {name!r}: {lost['values']:,} whole numbers are not exact in "
                      f"float32 (changed by up to {lost['largest_change']:g}); float32 holds "
                      "whole numbers exactly up to 16,777,216: drop the column or use it as "
