@@ -16,6 +16,7 @@ works as well as `fork`.
 import gc
 import os
 import warnings
+from collections import Counter
 
 import torch
 import torch.distributed as dist
@@ -194,13 +195,25 @@ def image_field(source: Source) -> str | None:
     """The key images come under: the dataset's image field; or "image" when samples
     of one image each use several (jpg and png, or jpg and JPG), so that every sample
     has the same keys; None when samples hold several images (image + mask pairs)."""
-    manifest = source.manifest or {}
-    fields = manifest.get("fields", {})
-    names = [name for name in fields if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    counts, samples = _field_counts(source)
+    names = [name for name in counts if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
     if len(names) == 1:
         return names[0]
-    one_each = sum(fields[name].get("count", 0) for name in names) <= manifest.get("count", 0)
+    one_each = sum(counts[name] for name in names) <= samples
     return "image" if names and one_each else None
+
+
+def _field_counts(source: Source) -> tuple[dict[str, int], int]:
+    """({field: samples that have it}, samples): from the manifest, or for shards made
+    by other tools from the first shard's index."""
+    if source.manifest is not None:
+        fields = source.manifest.get("fields", {})
+        return {n: f.get("count", 0) for n, f in fields.items()}, source.manifest["count"]
+    reader = source.reader()
+    if not hasattr(reader, "index") or not source.part_counts:
+        return {}, 0
+    index = reader.index(0)
+    return dict(Counter(index.field)), index.count
 
 
 _FROZEN_IN: set[int] = set()

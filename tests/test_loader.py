@@ -209,3 +209,17 @@ def test_len_of_the_loader_counts_the_batches_it_gives(packed, workers):
     for drop_last in (False, True):
         loader = packer.DataLoader(ds, batch_size=16, num_workers=workers, drop_last=drop_last)
         assert len(loader) == sum(1 for _ in loader)
+
+
+def test_mixed_image_extensions_in_shards_from_another_tool(tmp_path):
+    import webdataset
+
+    with webdataset.TarWriter(str(tmp_path / "foreign.tar")) as sink:
+        for number in range(4):
+            ext = "png" if number % 2 else "jpg"
+            data = image_bytes(number, "PNG" if ext == "png" else "JPEG", size=(10, 8))
+            sink.write({"__key__": f"s{number}", ext: data, "cls": number % 2})
+    ds = packer.open_dataset(str(tmp_path / "foreign.tar"), image_size=8)
+    assert ds.image_field == "image"
+    batch = next(iter(packer.DataLoader(ds, batch_size=4)))
+    assert batch["image"].shape == (4, 3, 8, 8)
