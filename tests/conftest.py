@@ -39,6 +39,19 @@ def image_folder(tmp_path: Path) -> Path:
     return root
 
 
+def colour_images(folder: Path, colours: list, per_class: int, spread: float) -> Path:
+    """folder/cK/N.jpg: 16x16 noisy images of one colour per class (learnable)."""
+    rng = np.random.default_rng(0)
+    for label, colour in enumerate(colours):
+        (folder / f"c{label}").mkdir(parents=True)
+        for i in range(per_class):
+            pixels = np.clip(rng.normal(colour, spread, (16, 16, 3)), 0, 255).astype(np.uint8)
+            out = io.BytesIO()
+            Image.fromarray(pixels).save(out, "JPEG")
+            (folder / f"c{label}" / f"{i}.jpg").write_bytes(out.getvalue())
+    return folder
+
+
 def run(*args: str, expect: int = 0):
     """Run the packer CLI in-process; asserts the exit code and returns the result."""
     result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)

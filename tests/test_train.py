@@ -1,6 +1,5 @@
 """The trainer on small learnable data, on the CPU."""
 
-import io
 import json
 import math
 import os
@@ -12,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from PIL import Image
 
+from conftest import colour_images
 from conftest import run as packer_run
 from train.cli import cli
 
@@ -24,15 +23,7 @@ COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
 def colours(tmp_path_factory):
     """Three classes told apart by colour: learnable in a few epochs."""
     root = tmp_path_factory.mktemp("train")
-    rng = np.random.default_rng(0)
-    for label, colour in enumerate(COLOURS):
-        folder = root / "images" / f"c{label}"
-        folder.mkdir(parents=True)
-        for i in range(40):
-            pixels = np.clip(rng.normal(colour, 40, (16, 16, 3)), 0, 255).astype(np.uint8)
-            out = io.BytesIO()
-            Image.fromarray(pixels).save(out, "JPEG")
-            (folder / f"{i}.jpg").write_bytes(out.getvalue())
+    colour_images(root / "images", COLOURS, per_class=40, spread=40)
     packer_run("pack", root / "images", "-o", root / "wds", "--max-count", "30", "-q")
     return root
 

@@ -1,17 +1,15 @@
 """`--model torchvision:NAME` through a small stand-in torchvision (the real one is optional)."""
 
-import io
 import json
 import sys
 import types
 
-import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from PIL import Image
 from torch import nn
 
+from conftest import colour_images
 from conftest import run as packer_run
 from packer.errors import PackerError
 from train import models
@@ -50,15 +48,7 @@ def torchvision(monkeypatch):
 def images(tmp_path_factory):
     """Two classes of small images, packed."""
     root = tmp_path_factory.mktemp("tv")
-    rng = np.random.default_rng(0)
-    for label, colour in enumerate([(220, 40, 40), (40, 40, 220)]):
-        folder = root / "images" / f"c{label}"
-        folder.mkdir(parents=True)
-        for i in range(12):
-            pixels = np.clip(rng.normal(colour, 30, (16, 16, 3)), 0, 255).astype(np.uint8)
-            out = io.BytesIO()
-            Image.fromarray(pixels).save(out, "JPEG")
-            (folder / f"{i}.jpg").write_bytes(out.getvalue())
+    colour_images(root / "images", [(220, 40, 40), (40, 40, 220)], per_class=12, spread=30)
     packer_run("pack", root / "images", "-o", root / "wds", "-q")
     return root / "wds"
 
