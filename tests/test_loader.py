@@ -203,6 +203,7 @@ def test_image_pairs_keep_their_fields(tmp_path):
     assert {"jpg", "png"} <= set(next(iter(ds)))
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores
 @pytest.mark.parametrize("workers", [0, 2, 3])
 def test_len_of_the_loader_counts_the_batches_it_gives(packed, workers):
     ds = packer.open_dataset(packed["webdataset"], decode="raw")
