@@ -167,7 +167,8 @@ def cli():
 @click.option("--categorical", multiple=True, metavar="COLS",
               help="Table: text columns to map to ids (sorted names, kept in the manifest).")
 @click.option("--date-columns", multiple=True, metavar="COLS",
-              help="Table: date columns, converted to Unix seconds (naive dates as UTC).")
+              help="Table: date columns, converted to seconds since the column's first "
+                   "date (kept in the manifest; naive dates as UTC).")
 @click.option("--task", type=click.Choice(["classify", "regress"]), default="classify",
               show_default=True,
               help="Table: class ids (cls) from the label, or a float target (target.npy).")
