@@ -107,6 +107,8 @@ def test_wav_folder_with_classes_from_folders(tmp_path):
         values = next(v for k, v in sample.items() if k.endswith(".npy"))
         assert values.numpy().tolist() == expected[sample["__key__"]].tolist()
         assert sample["cls"] == (1 if sample["__key__"].startswith("yes") else 0)
+    source = json.loads((tmp_path / "w" / "manifest.json").read_text())["source"]
+    assert source["bytes"] == sum(p.stat().st_size for p in (tmp_path / "wavs").rglob("*.wav"))
 
 
 def test_idx_images_with_an_idx_labels_file(tmp_path):

@@ -20,6 +20,7 @@ the range for HDF5 `blocks`); no Python loop runs per record when the output is 
 import hashlib
 import json
 import mmap
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -263,6 +264,9 @@ class BinaryFolder:
             yield root, self.spec, self.tail, sources
 
     def describe(self, options) -> dict:
+        self.scan.input_bytes = sum(os.stat(self.scan.root / rel).st_size
+                                    for sample in self.scan.samples()
+                                    for _, rel in sample.files)
         described = self.scan.describe(options)
         described["source"].update(kind="binary-files", spec=str(self.spec.source))
         return described
