@@ -177,7 +177,7 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
         _check_unchanged(source, plan, progress, work)
-        plan["started_ns"] = progress["started_ns"]
+        plan["started_ns"] = progress.get("started_ns", plan["started_ns"])
     elif work.exists() and not (options.resume or options.overwrite):
         raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
                            "continue it or --overwrite to start over")
@@ -202,8 +202,9 @@ def _check_unchanged(source, plan: dict, progress: dict, work: Path) -> None:
                            "interrupted run; start over with --overwrite")
     # The listing cannot tell an edited file; its modification time can.
     modified_since = getattr(source, "modified_since", None)
-    modified = modified_since and modified_since(progress["started_ns"],
-                                                 progress["tally"]["next_input"])
+    began = progress.get("started_ns")  # absent from an older version's progress
+    modified = modified_since and began and modified_since(began,
+                                                           progress["tally"]["next_input"])
     if modified:
         raise UsageProblem(f"{modified}: modified since the interrupted run began, after it "
                            "was packed; the input changed, start over with --overwrite")
