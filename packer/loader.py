@@ -157,11 +157,10 @@ class PackedDataset(IterableDataset):
         if not state or state["epoch"] != self.epoch:
             return 0
         if state["num_workers"] != max(num_workers, 1):
-            def shown(count: int) -> str:  # 0 workers read like 1: in the main process
-                return "0 or 1" if count <= 1 else str(count)
-            raise ValueError(f"the saved state is for num_workers={shown(state['num_workers'])}"
-                             f", this loader has num_workers={shown(num_workers)}; resume with "
-                             "the same count")
+            raise ValueError(f"the saved state is for num_workers="
+                             f"{_workers_text(state['num_workers'])}, this loader has "
+                             f"num_workers={_workers_text(num_workers)}; resume with the same "
+                             "count")
         return state["consumed"][worker]
 
     def state_dict(self) -> dict:
@@ -189,6 +188,11 @@ class PackedDataset(IterableDataset):
                                  f"{getattr(self, name)}")
         self._resume = dict(state)
         self.epoch = state["epoch"]
+
+
+def _workers_text(count: int) -> str:
+    """0 and 1 workers read alike (one reader: the main process, or one worker)."""
+    return "0 or 1" if count <= 1 else str(count)
 
 
 def image_field(source: Source) -> str | None:
