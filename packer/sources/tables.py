@@ -28,36 +28,23 @@ import pandas as pd
 from packer.errors import PackerError, UsageProblem
 from packer.formats.base import KEY
 from packer.formats.hdf5 import columns_crc32
-from packer.keys import encode_key
 from packer.tables.convert import (
     NA_POLICIES,
     TASKS,
     Categories,
+    bad_cell_hint,
     choose_columns,
     first_problems,
     to_numbers,
     to_seconds,
 )
-from packer.tables.keys import check_unique_keys
+from packer.tables.keys import check_unique_keys, key_texts
 from packer.tables.readers import open_table
-from packer.tables.stats import RunningStats
+from packer.tables.stats import Float32Exactness, RunningStats
 
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
 SAMPLE_ROWS = 10_000  # rows that decide which columns are numeric
 BLOCK_BYTES = 4 << 20  # bytes of features per HDF5 block
-_NA_HINT = ("pass --na drop to leave such rows out, --na zero or --na mean to fill them, "
-            "--drop-columns to leave the column out, or --categorical to map its text to ids")
-
-
-def _not_what(source, column: str) -> str:
-    """What a bad cell of `column` is not, and what to do about it."""
-    if column in source.cols.dates:
-        return ("not a date (as pandas reads dates: 2024-05-01, 2024-05-01 13:45:00, "
-                "05/01/2024); pass --na drop to leave such rows out or --na zero or --na mean "
-                "to fill them")
-    return f"not a number; {_NA_HINT}"
-
-
 def _key(index: int) -> str:
     return f"{index:010d}"
 
@@ -117,8 +104,7 @@ class TableSource:
         label_names = Categories()
         stats = RunningStats(F)
         self.na_cells = np.zeros(F, np.int64)
-        self.inexact = np.zeros(F, np.int64)  # whole numbers that float32 cannot hold
-        self.largest_change = np.zeros(F)
+        self.exactness = Float32Exactness(F)
         self.date_origins: dict[str, float] = {}
         self.na_rows = self.unlabelled_rows = self.rows = self.count = 0
         key_hashes = []
@@ -145,13 +131,14 @@ class TableSource:
                 rows = np.arange(offset, offset + n, dtype=np.int64)[keep]
                 stats.add(block)
                 stored = block.astype(np.float32, order="C")
-                self._note_rounding(block, stored)
+                self.exactness.add(block, stored)
                 stored.tofile(f_out)
                 if labels is not None:
                     labels.tofile(l_out)
                 rows.tofile(r_out)
                 if self.cols.key:
-                    keys = self._keys(frame[self.cols.key], offset)
+                    keys = key_texts(self.path, self.table, self.cols.key,
+                                     frame[self.cols.key], offset)
                     keys = keys[keep] if self.na == "drop" else keys
                     key_hashes.append(pd.util.hash_array(keys))
                     for key in keys:
@@ -199,7 +186,8 @@ class TableSource:
             if bad.any():
                 if self.na == "fail":
                     raise PackerError(first_problems(self.path, self.table, name, series, bad,
-                                                     offset) + f": {_not_what(self, name)}")
+                                                     offset)
+                                     + f": {bad_cell_hint(name in self.cols.dates)}")
                 self.na_cells[j] += int(bad.sum())
                 missing |= bad
             block[:, j] = values
@@ -212,16 +200,6 @@ class TableSource:
         if name not in self.date_origins and (~bad).any():
             self.date_origins[name] = float(values[~bad][0])
         return values - self.date_origins.get(name, 0.0), bad
-
-    def _note_rounding(self, block: np.ndarray, stored: np.ndarray) -> None:
-        """Count the whole numbers (ids, counts, seconds) that float32 changes."""
-        with np.errstate(invalid="ignore"):
-            change = np.abs(stored - block)
-            inexact = (change > 0) & (block == np.round(block))
-        self.inexact += inexact.sum(axis=0)
-        if inexact.any():
-            self.largest_change = np.fmax(self.largest_change,
-                                          np.where(inexact, change, 0).max(axis=0))
 
     def _plain_block(self, frame: pd.DataFrame) -> np.ndarray | None:
         """The features of a chunk in one conversion when they are all numbers with no
@@ -279,27 +257,6 @@ class TableSource:
         if self.multi and self.task == "classify":
             bad |= ~np.isin(values, (0.0, 1.0))
         return ~bad
-
-    def _keys(self, series: pd.Series, offset: int) -> np.ndarray:
-        empty = series.isna().to_numpy()
-        if empty.any():
-            raise PackerError(first_problems(self.path, self.table, self.cols.key, series,
-                                             empty, offset, role="key column")
-                              + ": every row needs a key")
-        if pd.api.types.is_float_dtype(series) and (series == series.round()).all():
-            series = series.astype(np.int64)
-        text = series.astype(str)
-        # Each key must be its own normalised relative path, so that no two keys name
-        # the same file when unpacked: no empty, `.` or `..` part, no backslash.
-        unsafe = (text.str.contains(r"(?:^|/)\.{0,2}(?:/|$)")
-                  | text.str.contains("\\", regex=False)).to_numpy()
-        if unsafe.any():
-            raise PackerError(first_problems(self.path, self.table, self.cols.key, series,
-                                             unsafe, offset, role="key column")
-                              + ": a key is a relative path (it names the sample's files when "
-                              "unpacked): no leading or trailing /, no //, no . or .. part "
-                              "and no backslash")
-        return np.array([encode_key(v) for v in text], dtype=object)
 
     def _finish_labels(self, names: Categories) -> None:
         self.classes = names.names() if self.classify else None
@@ -395,10 +352,7 @@ class TableSource:
                 "date_columns": self.cols.dates, "left_out": self.cols.left_out,
                 "date_origins": {name: pd.Timestamp(origin, unit="s", tz="UTC").isoformat()
                                  for name, origin in self.date_origins.items()},
-                "float32_inexact": {
-                    name: {"values": int(n), "largest_change": float(change)}
-                    for name, n, change in zip(self.features, self.inexact,
-                                               self.largest_change, strict=True) if n},
+                "float32_inexact": self.exactness.summary(self.features),
                 "na": {"policy": self.na, "rows": self.na_rows,
                        "unlabelled_rows": self.unlabelled_rows,
                        "cells": {name: int(n) for name, n in zip(self.features, self.na_cells,

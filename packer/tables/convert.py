@@ -212,5 +212,15 @@ def first_problems(path, table, column: str, series: pd.Series, bad: np.ndarray,
     return f"{path}: {role} {column!r}, " + "; ".join(shown) + more
 
 
+def bad_cell_hint(in_date_column: bool) -> str:
+    """What a bad feature cell is not, and what to do about it."""
+    fills = "pass --na drop to leave such rows out, --na zero or --na mean to fill them"
+    if in_date_column:
+        return ("not a date (as pandas reads dates: 2024-05-01, 2024-05-01 13:45:00, "
+                f"05/01/2024); {fills}")
+    return (f"not a number; {fills}, --drop-columns to leave the column out, or "
+            "--categorical to map its text to ids")
+
+
 def fail(message: str, hint: str):
     raise PackerError(f"{message}: {hint}")

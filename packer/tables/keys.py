@@ -1,10 +1,37 @@
-"""Key columns: every row's key must be unique."""
+"""Key columns: every row has a key, each a normalised relative path, all unique."""
 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from packer.errors import PackerError
+from packer.keys import encode_key
+from packer.tables.convert import first_problems
+
+# An empty, `.` or `..` part: such keys could name the same file as another when unpacked.
+_NOT_NORMALISED = r"(?:^|/)\.{0,2}(?:/|$)"
+
+
+def key_texts(path: Path, table, column: str, series: pd.Series, offset: int) -> np.ndarray:
+    """A chunk's keys, escaped as file keys are; an empty or unsafe key is an error
+    naming its row."""
+    empty = series.isna().to_numpy()
+    if empty.any():
+        raise PackerError(first_problems(path, table, column, series, empty, offset,
+                                         role="key column") + ": every row needs a key")
+    if pd.api.types.is_float_dtype(series) and (series == series.round()).all():
+        series = series.astype(np.int64)
+    text = series.astype(str)
+    unsafe = (text.str.contains(_NOT_NORMALISED)
+              | text.str.contains("\\", regex=False)).to_numpy()
+    if unsafe.any():
+        raise PackerError(first_problems(path, table, column, series, unsafe, offset,
+                                         role="key column")
+                          + ": a key is a relative path (it names the sample's files when "
+                          "unpacked): no leading or trailing /, no //, no . or .. part and "
+                          "no backslash")
+    return np.array([encode_key(v) for v in text], dtype=object)
 
 
 def check_unique_keys(path: Path, column: str, spool: Path, hashes: np.ndarray) -> None:

@@ -79,3 +79,27 @@ class RunningStats:
                        "std": number(self.std[j]), "min": number(self.min[j]),
                        "max": number(self.max[j])}
                 for j, name in enumerate(names)}
+
+
+class Float32Exactness:
+    """Per column, the whole numbers (ids, counts, seconds) that float32 changes, and
+    by how much at most."""
+
+    def __init__(self, columns: int):
+        self.inexact = np.zeros(columns, np.int64)
+        self.largest_change = np.zeros(columns)
+
+    def add(self, block: np.ndarray, stored: np.ndarray) -> None:
+        """A float64 block and its float32 copy."""
+        with np.errstate(invalid="ignore"):
+            change = np.abs(stored - block)
+            inexact = (change > 0) & (block == np.round(block))
+        self.inexact += inexact.sum(axis=0)
+        if inexact.any():
+            self.largest_change = np.fmax(self.largest_change,
+                                          np.where(inexact, change, 0).max(axis=0))
+
+    def summary(self, names: list[str]) -> dict:
+        return {name: {"values": int(n), "largest_change": float(change)}
+                for name, n, change in zip(names, self.inexact, self.largest_change,
+                                           strict=True) if n}
