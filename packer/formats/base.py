@@ -1,10 +1,11 @@
 """What every format shares: samples, encoded samples, parts, digests.
 
 A sample is a dict `{"__key__": str, FIELD: bytes, ..., "cls": int}`. The packing
-workers encode runs of samples with the format's `encode(sample) -> bytes` into a
-`Chunk`; the writer receives the samples in order and groups them into parts: a
-tar shard, or a block of samples committed together in LMDB or HDF5. A closed part
-is durable on disk, so an interrupted run resumes after the last closed part.
+workers encode runs of samples with the format's `encode(sample)` (the sample's
+bytes as a list of pieces, joined once per run) into a `Chunk`; the writer
+receives the samples in order and groups them into parts: a tar shard, or a block
+of samples committed together in LMDB or HDF5. A closed part is durable on disk,
+so an interrupted run resumes after the last closed part.
 Each part records its sample count and a checksum: a tar shard the sha256 of its
 file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
 (`sample_digest`), which does not depend on the format.
@@ -88,19 +89,13 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
     """Encode a run of read samples (or their skip entries) with a format `module`."""
     chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes))
     encoded, digests = [], []
-    pieces = getattr(module, "encode_pieces", None)
     for position, (sample, skipped) in enumerate(outcomes):
         if sample is None:
             chunk.skipped[position] = skipped
             continue
-        if pieces:
-            parts = pieces(sample)
-            encoded += parts
-            chunk.lengths.append(sum(map(len, parts)))
-        else:
-            data = module.encode(sample)
-            encoded.append(data)
-            chunk.lengths.append(len(data))
+        pieces = module.encode(sample)
+        encoded += pieces
+        chunk.lengths.append(sum(map(len, pieces)))
         if module.SAMPLE_DIGESTS:
             digests.append(sample_digest(sample))
         sizes = tuple((k, value_size(v)) for k, v in sample.items() if k != KEY)
@@ -116,8 +111,9 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
 class Writer:
     """Part bookkeeping for a format; subclasses store encoded samples.
 
-    Subclasses implement `_store(data)` (or `_store_run`), `_seal_part(part)` (make the part durable
-    and add format details to its record), `truncate(count)` and `finish(manifest)`.
+    Subclasses implement `_store(data)` (or `_store_run`), `_seal_part(part)` (make the
+    part durable and add format details to its record), `truncate(count)` and
+    `finish(manifest)`.
     """
 
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):

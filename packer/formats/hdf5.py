@@ -45,9 +45,9 @@ def _layout(spec: dict) -> tuple[object, tuple[int, ...]]:
 SAMPLE_DIGESTS = True
 
 
-def encode(sample: dict) -> bytes:
+def encode(sample: dict) -> list[bytes]:
     """msgpack, to cross the process boundary in one piece; stored column by column."""
-    return msgpack.packb(sample, use_bin_type=True, default=msgpack_default)
+    return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
 
 
 def _array(value) -> np.ndarray:

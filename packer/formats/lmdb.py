@@ -44,8 +44,8 @@ def decode_value(value: bytes) -> dict:
 SAMPLE_DIGESTS = True
 
 
-def encode(sample: dict) -> bytes:
-    return msgpack.packb(sample, use_bin_type=True, default=msgpack_default)
+def encode(sample: dict) -> list[bytes]:
+    return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
 
 
 class LmdbWriter(Writer):

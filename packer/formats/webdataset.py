@@ -57,7 +57,7 @@ def _header(name: str, size: int) -> bytes:
 SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
 
 
-def encode_pieces(sample: dict) -> list[bytes]:
+def encode(sample: dict) -> list[bytes]:
     """The sample's tar members, `KEY.FIELD` in field order: header, data and padding
     of each (joined once per run of samples, not once per sample)."""
     key, members = sample[KEY], []
@@ -66,10 +66,6 @@ def encode_pieces(sample: dict) -> list[bytes]:
             data = value if type(value) is bytes else field_bytes(value)
             members += (_header(f"{key}.{name}", len(data)), data, _PADDING[len(data) % _BLOCK])
     return members
-
-
-def encode(sample: dict) -> bytes:
-    return b"".join(encode_pieces(sample))
 
 
 class TarWriter(Writer):
