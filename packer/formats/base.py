@@ -13,7 +13,9 @@ file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
 
 import hashlib
 import io
+import os
 from bisect import bisect_right
+from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
@@ -185,3 +187,38 @@ class Writer:
 
     def _begin_part(self, part: dict) -> None:
         pass
+
+
+class ProcessReader:
+    """A reader of runs of samples (`read(part, start, count)`) through a handle (an
+    open file or environment) opened lazily, once per process: a forked worker opens
+    its own, and a pickled reader carries none. Subclasses give `_open_handle`."""
+
+    _handle = None
+    _pid = None
+
+    def _open_handle(self, inherited):
+        """A new handle for this process; `inherited` is the parent's, or None."""
+        raise NotImplementedError
+
+    def handle(self):
+        if self._pid != os.getpid():
+            self._handle = self._open_handle(self._handle)
+            self._pid = os.getpid()
+        return self._handle
+
+    def __getstate__(self):  # a handle never travels to another process
+        return {**self.__dict__, "_handle": None, "_pid": None}
+
+    def close(self) -> None:
+        if self._handle is not None and self._pid == os.getpid():
+            self._handle.close()
+        self._handle = self._pid = None
+
+    def read_part(self, part: dict, run: int = 1024) -> Iterator[dict]:
+        """Every sample of a part, `run` at a time; the handle is closed at the end."""
+        try:
+            for start in range(0, part["count"], run):
+                yield from self.read(part["index"], start, min(run, part["count"] - start))
+        finally:
+            self.close()

@@ -14,7 +14,6 @@ so memory does not grow with the dataset.
 
 import io
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, Writer, msgpack_default
+from packer.formats.base import KEY, ProcessReader, Writer, msgpack_default
 
 FILE_NAME = "data.h5"
 _CHUNK = 1024
@@ -178,7 +177,7 @@ class Hdf5Writer(Writer):
         self.file.close()
 
 
-class Reader:
+class Reader(ProcessReader):
     """Runs of samples as slices of every dataset; the file is opened once per
     process, lazily, so forked workers never share an HDF5 handle."""
 
@@ -186,19 +185,15 @@ class Reader:
         self.path, self.fields = folder / FILE_NAME, manifest["fields"]
         self.names = dataset_names(manifest)
         self.firsts = [p["first"] for p in manifest["parts"]]
-        self._file, self._pid = None, None
 
-    def _open(self) -> h5py.File:
-        if self._pid != os.getpid():
-            try:
-                self._file = h5py.File(self.path, "r")
-            except OSError as err:
-                raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
-            self._pid = os.getpid()
-        return self._file
+    def _open_handle(self, inherited) -> h5py.File:
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as err:
+            raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
-        file, first = self._open(), self.firsts[part] + start
+        file, first = self.handle(), self.firsts[part] + start
         if self.names[KEY] is None:  # samples keyed by their index
             keys = [b"%010d" % i for i in range(first, first + count)]
         else:
@@ -224,17 +219,9 @@ class Reader:
 
     def columns(self, part: dict) -> dict[str, np.ndarray]:
         """A part's samples as the columns they were written from."""
-        file = self._open()
+        file = self.handle()
         return {name: file[self.names[name]][part["first"]:part["first"] + part["count"]]
                 for name in self.fields}
-
-    def __getstate__(self):  # a handle never travels to another process
-        return {**self.__dict__, "_file": None, "_pid": None}
-
-    def close(self) -> None:
-        if self._file is not None and self._pid == os.getpid():
-            self._file.close()
-        self._file, self._pid = None, None
 
 
 def reader(folder: Path, manifest: dict) -> Reader:
@@ -242,12 +229,7 @@ def reader(folder: Path, manifest: dict) -> Reader:
 
 
 def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    source = Reader(folder, manifest)
-    try:
-        for start in range(0, part["count"], _CHUNK):
-            yield from source.read(part["index"], start, min(_CHUNK, part["count"] - start))
-    finally:
-        source.close()
+    return Reader(folder, manifest).read_part(part, _CHUNK)
 
 
 WRITER = Hdf5Writer

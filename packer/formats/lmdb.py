@@ -14,7 +14,6 @@ fails on a fixed map size.
 """
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats.base import Writer, msgpack_default
+from packer.formats.base import ProcessReader, Writer, msgpack_default
 
 META_KEY = b"__meta__"
 KEY_FORMAT = "%010d"
@@ -90,35 +89,31 @@ class LmdbWriter(Writer):
         self.env.close()
 
 
-class Reader:
-    """Runs of samples by index. The environment is opened once per process, lazily,
-    with readahead on (off, the usual PyTorch snippet, is much slower on a cold cache)."""
+class Reader(ProcessReader):
+    """Runs of samples by index. The environment is opened with readahead on (off, the
+    usual PyTorch snippet, is much slower on a cold cache)."""
 
     def __init__(self, folder: Path, manifest: dict):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
-        self._env, self._pid = None, None
 
-    def _open(self):
-        if self._pid != os.getpid():
-            if self._env is not None:  # inherited across fork: an LMDB handle must not be
-                self._env.close()  # used in the child (readonly, lock-free: closing is safe)
-            try:
-                self._env = lmdb.open(str(self.folder), readonly=True, lock=False,
-                                      subdir=True, readahead=True, max_readers=1)
-            except lmdb.Error as err:
-                if "already open" not in str(err):
-                    raise
-                raise DatasetError(
-                    f"{self.folder}: this LMDB is already open in this process (python-lmdb "
-                    "allows one environment per path and process, and forked workers inherit "
-                    "it): close your own lmdb.open() of it with env.close() before reading it "
-                    "through packer") from None
-            self._pid = os.getpid()
-        return self._env
+    def _open_handle(self, inherited):
+        if inherited is not None:  # an LMDB handle must not be used in a forked child
+            inherited.close()  # (readonly, lock-free: closing it is safe)
+        try:
+            return lmdb.open(str(self.folder), readonly=True, lock=False, subdir=True,
+                             readahead=True, max_readers=1)
+        except lmdb.Error as err:
+            if "already open" not in str(err):
+                raise
+            raise DatasetError(
+                f"{self.folder}: this LMDB is already open in this process (python-lmdb "
+                "allows one environment per path and process, and forked workers inherit "
+                "it): close your own lmdb.open() of it with env.close() before reading it "
+                "through packer") from None
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
-        with self._open().begin(buffers=False) as txn:
+        with self.handle().begin(buffers=False) as txn:
             cursor = txn.cursor()
             if not cursor.set_key(sample_key(first)):
                 raise DatasetError(f"{self.folder}: sample {first} is missing from the LMDB")
@@ -129,26 +124,13 @@ class Reader:
                                "missing from the LMDB")
         return [decode_value(v) for v in values]
 
-    def __getstate__(self):  # a handle never travels to another process
-        return {**self.__dict__, "_env": None, "_pid": None}
-
-    def close(self) -> None:
-        if self._env is not None and self._pid == os.getpid():
-            self._env.close()
-        self._env, self._pid = None, None
-
 
 def reader(folder: Path, manifest: dict) -> Reader:
     return Reader(folder, manifest)
 
 
 def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    source = Reader(folder, manifest)
-    try:
-        for start in range(0, part["count"], 1024):
-            yield from source.read(part["index"], start, min(1024, part["count"] - start))
-    finally:
-        source.close()
+    return Reader(folder, manifest).read_part(part)
 
 
 WRITER = LmdbWriter
