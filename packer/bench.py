@@ -13,6 +13,7 @@ decode rate times the cores (CPU).
 import ctypes
 import mmap
 import os
+import re
 import statistics
 import threading
 import time
@@ -180,6 +181,9 @@ def decode_limit(reader: Reader, image_size: int, sample_count: int = 500) -> fl
     return rate * (os.cpu_count() or 1)
 
 
+HAS_SMAPS_ROLLUP = Path("/proc/self/smaps_rollup").exists()
+
+
 class MemoryPeak:
     """Peak RSS and PSS of this process and its children, sampled in a thread."""
 
@@ -194,10 +198,10 @@ class MemoryPeak:
             rss = pss = 0
             for process in [me, *me.children(recursive=True)]:
                 try:
-                    info = process.memory_full_info()
+                    process_rss, process_pss = resident_bytes(process)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
-                rss, pss = rss + info.rss, pss + getattr(info, "pss", info.rss)
+                rss, pss = rss + process_rss, pss + process_pss
             self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
             self._stop.wait(self.interval)
 
@@ -208,6 +212,27 @@ class MemoryPeak:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def resident_bytes(process: psutil.Process) -> tuple[int, int]:
+    """RSS and PSS of one process from a single read of smaps_rollup, so PSS <= RSS.
+
+    psutil takes RSS from statm, whose counters lag behind by many pages in busy
+    processes, and PSS from smaps: the two could disagree by megabytes.
+    """
+    if not HAS_SMAPS_ROLLUP:  # not Linux: RSS stands in for PSS
+        rss = process.memory_info().rss
+        return rss, rss
+    try:
+        text = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
+    except PermissionError:
+        raise psutil.AccessDenied(process.pid) from None
+    except OSError:  # gone (ENOENT) or exiting (ESRCH)
+        raise psutil.NoSuchProcess(process.pid) from None
+    fields = dict(re.findall(r"^(Rss|Pss):\s+(\d+) kB", text, re.MULTILINE))
+    if "Rss" not in fields:  # a process that is exiting has an empty rollup
+        raise psutil.NoSuchProcess(process.pid)
+    return int(fields["Rss"]) * 1024, int(fields.get("Pss", fields["Rss"])) * 1024
 
 
 def run_once(reader: Reader, workers: int, options: BenchOptions, cold: bool) -> dict:
