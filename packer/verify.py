@@ -55,7 +55,9 @@ def _sample_problems(folder: Path, manifest: dict, module, part: dict, name: str
         stop = f" (reading stops after sample {key!r})" if key and seen < part["count"] else ""
         problems.append(f"{name}: {seen} samples, the manifest says {part['count']}{stop}")
     elif "samples_sha256" in part and digest.hexdigest() != part["samples_sha256"]:
-        problems.append(f"{name}: sample contents differ from the manifest's digest")
+        problems.append(f"{name}: sample contents differ from the manifest's digest; a part "
+                        "keeps one digest over its samples, so `packer verify DATASET "
+                        "--against SOURCE` is what names a changed file")
     return problems, seen
 
 

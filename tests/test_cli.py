@@ -63,6 +63,9 @@ def test_verify_finds_a_changed_byte(fmt, image_folder, tmp_path):
     (out / target).write_bytes(bytes(data))
     result = run("verify", out, "-q", expect=1)
     assert "FAILED" in result.output
+    assert "--against SOURCE` is what names a changed file" in result.output
+    result = run("verify", out, "--against", image_folder, "-q", expect=1)
+    assert "packed bytes differ from the source file" in result.output
 
 
 def test_verify_against_finds_a_changed_source(image_folder, tmp_path):
