@@ -182,7 +182,8 @@ def cli():
               help="CSV: the field delimiter (default: detected among , tab ; |).")
 @click.option("--decimal", type=click.Choice([".", ","]),
               help="CSV: the decimal mark (default: detected: a comma when numbers such as "
-                   "1,5 appear and none such as 1.5), e.g. --decimal ,")
+                   "1,5 appear and none such as 1.5), e.g. --decimal , which also reads "
+                   "dots as thousands separators (1.234,5); --decimal . reads 1,234 as 1234.")
 @click.option("--encoding", metavar="NAME",
               help="CSV and --labels files: the text encoding (default: detected; utf-8, "
                    "utf-8 with BOM, GBK ...), e.g. --encoding gbk.")

@@ -256,3 +256,20 @@ def test_commas_before_three_digits_are_not_taken_for_decimal_commas(tmp_path):
     assert "numbers read with a decimal comma" in result.output
     assert [s["npy"].tolist() for s in read_back(tmp_path / "o")] == [
         [pytest.approx(1.234), pytest.approx(5.678)], [2, 3]]
+
+
+def test_thousands_separators_are_read_strictly(tmp_path):
+    source = tmp_path / "eu.csv"
+    source.write_text("p;q;y\n1.234,5;1;a\n2,25;2;b\n-12.000.000;3;a\n")
+    run("pack", source, "--label-column", "y", "--to", "hdf5", "-o", tmp_path / "eu", "-q")
+    assert [s["npy"].tolist()[0] for s in read_back(tmp_path / "eu")] == [
+        1234.5, 2.25, -12_000_000]
+    us = tmp_path / "us.csv"
+    us.write_text('p,q,y\n"1,234.5",1,a\n2.25,2,b\n"12,000",3,a\n')
+    run("pack", us, "--label-column", "y", "--to", "hdf5", "-o", tmp_path / "us", "-q")
+    assert [s["npy"].tolist()[0] for s in read_back(tmp_path / "us")] == [1234.5, 2.25, 12000]
+    # a dot beside a decimal comma is no decimal point: reported, never read as 1.5 or 15
+    source.write_text("p;q;y\n1.234,5;1;a\n1.5;2;b\n")
+    result = run("pack", source, "--label-column", "y", "--feature-columns", "p", "--to",
+                 "hdf5", "-o", tmp_path / "bad", "--decimal", ",", expect=1)
+    assert "column 'p', row 3: '1.5': not a number" in result.output

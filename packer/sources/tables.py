@@ -74,7 +74,8 @@ class TableSource:
         if sample.empty:
             raise PackerError(f"{self.path}: the header (row {self.table.header_row}) is "
                               "followed by no data rows")
-        self.cols = choose_columns(self.table.names, sample, options, self.path)
+        self.cols = choose_columns(self.table.names, sample, options, self.path,
+                                   self.table.thousands)
         del sample
         self.features = self.cols.features
         self.labels = self.cols.labels
@@ -182,7 +183,7 @@ class TableSource:
             elif name in self.cols.dates:
                 values, bad = self._seconds(name, series)
             else:
-                values, bad = to_numbers(series)
+                values, bad = to_numbers(series, self.table.thousands)
             if bad.any():
                 if self.na == "fail":
                     raise PackerError(first_problems(self.path, self.table, name, series, bad,
@@ -226,7 +227,7 @@ class TableSource:
             values = np.empty((len(frame), len(self.labels)), np.float64)
             bad = np.zeros(len(frame), bool)
             for j, name in enumerate(self.labels):
-                values[:, j], col_bad = to_numbers(frame[name])
+                values[:, j], col_bad = to_numbers(frame[name], self.table.thousands)
                 if self.multi and self.task == "classify":
                     col_bad |= ~np.isin(values[:, j], (0.0, 1.0))
                 bad |= col_bad
@@ -253,7 +254,7 @@ class TableSource:
     def _label_ok(self, series: pd.Series) -> np.ndarray:
         if self.classify:
             return series.notna().to_numpy()
-        values, bad = to_numbers(series)
+        values, bad = to_numbers(series, self.table.thousands)
         if self.multi and self.task == "classify":
             bad |= ~np.isin(values, (0.0, 1.0))
         return ~bad

@@ -6,6 +6,7 @@ text columns left out of the default features are listed in the manifest.
 """
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,36 @@ def match_columns(values, names: list[str], option: str, path) -> list[str]:
     return [n for n in names if n in wanted]
 
 
-def numeric_share(series: pd.Series) -> float | None:
+# Numbers with thousands separators, by separator: groups of exactly three digits after
+# a first group of one to three (`1.234.567,8`, `1,234.5`); with a decimal comma, also
+# the plain `2,25` cells that pandas leaves as text in a column it could not convert.
+_GROUPED = {".": re.compile(r"[-+]?(?:[1-9]\d{0,2}(?:\.\d{3})+(?:,\d+)?|\d*,\d+)"),
+            ",": re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")}
+
+
+def parse_numbers(series: pd.Series, thousands: str | None = None) -> pd.Series:
+    """The cells as float64, NaN where a cell is not a number. With `thousands`, text
+    cells written with that separator (and the other decimal mark) are numbers, and a
+    cell holding the separator in any other way is not: with a decimal comma, `1.5`
+    is no number, where pandas would read 1.5 (and `1.500` 1.5 beside `1.234,5`)."""
+    numbers = pd.to_numeric(series, errors="coerce")
+    if thousands is None or series.dtype.kind not in "OSUT":
+        return numbers
+    text = series[series.notna()].astype(str).str.strip()
+    grouped = text.str.fullmatch(_GROUPED[thousands])
+    misread = text.str.contains(thousands, regex=False) & ~grouped
+    if not grouped.any() and not misread.any():
+        return numbers
+    numbers = numbers.astype(np.float64)
+    numbers[misread[misread].index] = np.nan
+    decimal = "," if thousands == "." else "."
+    cells = text[grouped]
+    numbers[cells.index] = pd.to_numeric(cells.str.replace(thousands, "", regex=False)
+                                         .str.replace(decimal, ".", regex=False))
+    return numbers
+
+
+def numeric_share(series: pd.Series, thousands: str | None = None) -> float | None:
     """The share of the filled cells that are numbers; None when no cell is filled."""
     if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
         return 1.0 if series.notna().any() else None
@@ -54,20 +84,20 @@ def numeric_share(series: pd.Series) -> float | None:
     filled = series.dropna()
     if filled.empty:
         return None
-    return float(pd.to_numeric(filled, errors="coerce").notna().mean())
+    return float(parse_numbers(filled, thousands).notna().mean())
 
 
-def inferred_type(series: pd.Series) -> str:
+def inferred_type(series: pd.Series, thousands: str | None = None) -> str:
     """number, integer, text, date, bool or empty, from a sample of the column."""
     if pd.api.types.is_bool_dtype(series):
         return "bool"
     if pd.api.types.is_datetime64_any_dtype(series):
         return "date"
-    share = numeric_share(series)
+    share = numeric_share(series, thousands)
     if share is None:
         return "empty"
     if share > 0.5:
-        numbers = pd.to_numeric(series, errors="coerce").dropna()
+        numbers = parse_numbers(series, thousands).dropna()
         integral = bool((numbers == np.round(numbers)).all())
         return "integer" if integral else "number"
     if series.dropna().map(lambda v: hasattr(v, "isoformat")).all():
@@ -78,15 +108,15 @@ def inferred_type(series: pd.Series) -> str:
 _COMMA_NUMBERS = r"[-+]?[\d.]*\d,\d+"
 
 
-def _left_out_reason(kind: str, series: pd.Series) -> str:
+def _left_out_reason(kind: str, series: pd.Series, thousands: str | None) -> str:
     if kind == "empty":
         return "empty in the first rows"
     if kind == "date":
         return "dates; pass --date-columns to include it"
     text = series.dropna().astype(str).str.strip()
-    if len(text) and text.str.fullmatch(_COMMA_NUMBERS).mean() > 0.5:
+    if thousands is None and len(text) and text.str.fullmatch(_COMMA_NUMBERS).mean() > 0.5:
         return ("numbers with a comma (such as 1,234); pass --decimal , if the comma is "
-                "the decimal mark")
+                "the decimal mark, --decimal . if it separates thousands")
     return "text; pass --categorical to include it"
 
 
@@ -102,7 +132,8 @@ class Columns:
     left_out: dict[str, str] = field(default_factory=dict)  # column -> why it is no feature
 
 
-def choose_columns(names: list[str], sample: pd.DataFrame, options, path) -> Columns:
+def choose_columns(names: list[str], sample: pd.DataFrame, options, path,
+                   thousands: str | None = None) -> Columns:
     """Features, labels and key from the options; `sample` (the first rows) decides
     which columns are numeric when --feature-columns is not given."""
     labels = match_columns(options.label_column, names, "--label-column", path)
@@ -125,11 +156,11 @@ def choose_columns(names: list[str], sample: pd.DataFrame, options, path) -> Col
         for name in names:
             if name in special or name in dropped or name in categorical or name in dates:
                 continue
-            kind = inferred_type(sample[name])
+            kind = inferred_type(sample[name], thousands)
             if kind in ("number", "integer", "bool"):
                 chosen.add(name)
             else:
-                left_out[name] = _left_out_reason(kind, sample[name])
+                left_out[name] = _left_out_reason(kind, sample[name], thousands)
     chosen = (chosen | set(categorical) | set(dates)) - dropped - special
     features = [n for n in names if n in chosen]
     if not features:
@@ -142,15 +173,16 @@ def choose_columns(names: list[str], sample: pd.DataFrame, options, path) -> Col
                    [c for c in dates if c in chosen], left_out)
 
 
-def to_numbers(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def to_numbers(series: pd.Series, thousands: str | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (NaN where not a finite number) and the mask of those cells."""
     if pd.api.types.is_datetime64_any_dtype(series):
         values = np.full(len(series), np.nan)
     elif pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
         values = series.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
     else:
-        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, copy=True,
-                                                                 na_value=np.nan)
+        values = parse_numbers(series, thousands).to_numpy(dtype=np.float64, copy=True,
+                                                            na_value=np.nan)
     bad = ~np.isfinite(values)
     values[bad] = np.nan
     return values, bad

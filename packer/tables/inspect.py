@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from packer.tables.convert import inferred_type
+from packer.tables.convert import inferred_type, parse_numbers
 from packer.tables.readers import canon_text, open_table
 
 CHUNK_ROWS = 1 << 16
@@ -26,7 +26,7 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
     total = 0
     for frame in table.chunks(None, CHUNK_ROWS):
         if not types:
-            types = {n: inferred_type(frame[n]) for n in names}
+            types = {n: inferred_type(frame[n], table.thousands) for n in names}
             head = [[canon_text(v) for v in row] for row in frame.head(rows).values.tolist()]
         for name in names:
             series, entry = frame[name], counts[name]
@@ -38,7 +38,7 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
             if pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
                 numbers = series.to_numpy(dtype=np.float64, na_value=np.nan)
             else:
-                numbers = pd.to_numeric(series, errors="coerce").to_numpy(
+                numbers = parse_numbers(series, table.thousands).to_numpy(
                     dtype=np.float64, na_value=np.nan)
                 text = ~empty & np.isnan(numbers)
                 entry["non_numeric"] += int(text.sum())

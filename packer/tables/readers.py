@@ -120,6 +120,7 @@ class Table:
     """Column names and chunks of rows of one table (a CSV file, a sheet, a Parquet file)."""
 
     kind = "table"
+    thousands: str | None = None  # the separator of `1,234` / `1.234` cells, if one is sure
     header_row: int | None = None  # 1-based row of the header in the file
     first_data_row = 1  # 1-based row of the first data row
     names: list[str]
@@ -177,6 +178,10 @@ class CsvTable(Table):
         self.first_data_row = index + 2 + skip_rows
         self.decimal = decimal or detect_decimal(rows[index + 1:], self.delimiter)
         self.decimal_guessed = decimal is None
+        # A decimal comma makes dots thousands separators; a decimal point that was given
+        # (or a comma-delimited file) makes commas so. A guessed point is no proof.
+        if self.decimal == "," or not self.decimal_guessed or self.delimiter == ",":
+            self.thousands = "." if self.decimal == "," else ","
 
     def chunks(self, columns: list[str] | None, rows: int) -> Iterator[pd.DataFrame]:
         # Every column is parsed: with `usecols`, pandas drops the fields of a row that
