@@ -2,7 +2,7 @@
 
 Usage:
     python tools/bench_pack.py [--data DIR] [--count 20000] [--workers 1,2]
-                               [--repeat 3] [--scale 10] [--json FILE]
+                               [--repeat 3] [--scale 10|0] [--json FILE]
 
 Without --data, the standard dataset (tools/make_images.py, --count images) is
 made in a temporary folder first. Every row runs as a subprocess, --repeat times,
@@ -205,7 +205,7 @@ def bench(data: Path, work: Path, args) -> dict:
         rows.append(measure(name, command, output, files, size, args.repeat, floor))
         floor = floor or rows[0]
 
-    for layout in ("wide", "deep"):
+    for layout in ("wide", "deep") if args.scale else ():
         scaled, began = work / f"data-x{args.scale}-{layout}", time.perf_counter()
         hardlink_copies(data, scaled, args.scale, layout == "deep")
         big_files, big_size = warm(scaled)
@@ -251,9 +251,12 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="packer --workers values (default 1,2)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row (default 3)")
     parser.add_argument("--scale", type=int, default=10,
-                        help="copies in the memory-flatness dataset (default 10)")
+                        help="copies in the memory-flatness dataset (default 10; 0 skips "
+                             "those rows)")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args()
+    if args.scale < 0 or args.scale == 1:
+        parser.error("--scale: 0 (no scaled rows) or 2 and more copies")
 
     info = machine()
     print(f"machine: {info['cpu']}, {info['cores']} cores, {info['memory_gb']} GiB, "
