@@ -58,12 +58,16 @@ def labels_text(manifest: dict) -> str:
              "record-field": f"record field {source.get('label_field')}"}.get(kind, kind)
     classes = manifest.get("classes")
     text = f"{where} ({_plural(len(classes), 'class', 'classes')})" if classes else where
-    return text + _labels_file_notes(source.get("labels_read") or {})
+    return text + _labels_file_notes(source.get("labels_read") or {}, classes or [])
 
 
-def _labels_file_notes(read: dict) -> str:
+def _labels_file_notes(read: dict, classes: list[str]) -> str:
     """How a labels file was read, where a reader would want to check it."""
     notes = []
+    if read.get("ids") == "numeric order":
+        shown = ", ".join(f"{name} is {i}" for i, name in enumerate(classes[:4]))
+        notes.append(f"a label is negative, so class ids are the labels' ranks in numeric "
+                     f"order ({shown}{', ...' if len(classes) > 4 else ''})")
     if read.get("header"):
         notes.append("its first row was taken as a header: " + ",".join(read["header"]))
     if read.get("encoding") not in (None, "utf-8", "utf-8-sig"):

@@ -266,9 +266,10 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     scan = Scan(root, group_by_stem, follow_symlinks)
     if labels is not None:
         found = read_labels_file(labels, root, labels_encoding)
-        scan.classes, scan.labels = label_ids(found.labels)
+        scan.classes, scan.labels, numbering = label_ids(found.labels)
         scan.label_source, scan.labels_file = "labels-file", str(labels)
-        scan.labels_read = {"encoding": found.encoding, "header": found.header}
+        scan.labels_read = {"encoding": found.encoding, "header": found.header,
+                            "ids": numbering}
         if labels.resolve().is_relative_to(root.resolve()):
             scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
     elif not unlabelled:

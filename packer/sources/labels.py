@@ -82,12 +82,26 @@ def read_labels_file(path: Path, root: Path, encoding: str | None = None) -> Lab
     return LabelsFile({name: label for name, (label, _) in labels.items()}, encoding, header)
 
 
-def label_ids(labels: dict[str, str]) -> tuple[list[str], dict[str, int]]:
-    """Class names in id order, and each path's id: integer labels are kept as ids,
-    string labels are numbered in sorted order."""
-    if all(value.isdigit() for value in labels.values()):
+def label_ids(labels: dict[str, str]) -> tuple[list[str], dict[str, int], str]:
+    """Class names in id order, each path's id, and how ids were given: integer labels
+    from 0 up are kept as ids ("kept"); integers with a negative one are numbered in
+    numeric order ("numeric order": -1, 5, 10 become 0, 1, 2); other labels are
+    numbered in sorted order of their text ("sorted")."""
+    numbers = [_integer(value) for value in labels.values()]
+    if None not in numbers and min(numbers) >= 0:
         ids = {path: int(value) for path, value in labels.items()}
-        return [str(i) for i in range(max(ids.values()) + 1)], ids
+        return [str(i) for i in range(max(ids.values()) + 1)], ids, "kept"
+    if None not in numbers:
+        order = sorted(set(numbers))
+        index = {number: i for i, number in enumerate(order)}
+        return ([str(n) for n in order],
+                {path: index[n] for path, n in zip(labels, numbers, strict=True)},
+                "numeric order")
     classes = sorted(set(labels.values()))
     index = {name: i for i, name in enumerate(classes)}
-    return classes, {path: index[value] for path, value in labels.items()}
+    return classes, {path: index[value] for path, value in labels.items()}, "sorted"
+
+
+def _integer(value: str) -> int | None:
+    text = value.strip()
+    return int(text) if text.lstrip("+-").isdigit() and text[:1] != "+" else None
