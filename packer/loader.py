@@ -20,7 +20,7 @@ from collections import Counter
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from packer import plan
 from packer.dataset import Source, open_source
@@ -59,6 +59,9 @@ class PackedDataset(IterableDataset):
         self.image_field = image_field(source)
         self.decoder = Decoder(decode, image_size, decoders,
                                image_key=self.image_field if self.image_field == "image" else None)
+        # Samples decoded to tensors are batched: one without the image cannot be
+        self.required_image = (("image" if self.image_field == "image" else self.image_field)
+                               if decode == "rgb8" else None)
         self.transform = transform
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
@@ -67,7 +70,8 @@ class PackedDataset(IterableDataset):
             self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
         self.total = sum(r.count for r in plan.units(source.part_counts, self.unit, False, 0, 0,
                                                       holdout))
-        self.epoch = 0
+        # In shared memory, so that persistent workers see the epoch set_epoch gives
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.errors = 0  # samples that failed to read or decode (in this process)
         self._resume: dict | None = None
         self._emitted = 0  # samples yielded in this process this epoch (num_workers=0)
@@ -76,6 +80,14 @@ class PackedDataset(IterableDataset):
     @property
     def classes(self) -> list[str] | None:
         return self.source.classes
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch[0] = value
 
     def __len__(self) -> int:
         return plan.rank_size(self.total, self.world_size, self.remainder)
@@ -140,6 +152,9 @@ class PackedDataset(IterableDataset):
         every rank still yields the same count."""
         try:
             sample = self.decoder(raw)
+            if self.required_image and self.required_image not in sample:
+                raise LookupError(f"no {self.required_image} field to decode (its fields: "
+                                  f"{', '.join(n for n in sample if n != KEY)})")
             return self.transform(sample) if self.transform else sample
         except Exception as err:  # any decoder or transform failure is one bad sample
             if self.on_error == "raise":
@@ -247,11 +262,36 @@ def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
     return consumed
 
 
+def collate_samples(batch: list[dict]):
+    """torch's default_collate, but samples of a batch must have the same fields:
+    default_collate keeps the first sample's fields, so a sidecar that only some
+    samples have would vanish from some batches and fail others."""
+    if isinstance(batch[0], dict):
+        shapes = Counter(tuple(sorted(n for n in s if n != KEY)) for s in batch)
+        if len(shapes) > 1:
+            usual = shapes.most_common(1)[0][0]
+            odd = next(s for s in batch if tuple(sorted(n for n in s if n != KEY)) != usual)
+            raise ValueError(
+                f"the samples of a batch have different fields: {odd.get(KEY)!r} has "
+                f"{', '.join(n for n in odd if n != KEY)}, most have {', '.join(usual)}; "
+                "drop the odd fields in a transform= (or pass collate_fn=) so that every "
+                "sample has the same ones")
+    return default_collate(batch)
+
+
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader that tells its PackedDataset how many batches were consumed,
     so that `dataset.state_dict()` can resume exactly where training stopped, and
     whose len() counts the batches it really gives: each worker ends its share of
-    the epoch with a batch of its own, so there can be one short batch per worker."""
+    the epoch with a batch of its own, so there can be one short batch per worker.
+    Without a collate_fn, batches are made by `collate_samples`."""
+
+    def __init__(self, dataset, *args, **kwargs):
+        batching = kwargs.get("batch_size", args[0] if args else 1) is not None
+        # collate_fn is the sixth argument after the dataset
+        if batching and kwargs.get("collate_fn") is None and len(args) < 6:
+            kwargs["collate_fn"] = collate_samples
+        super().__init__(dataset, *args, **kwargs)
 
     def __len__(self) -> int:
         if not isinstance(self.dataset, PackedDataset) or not self.batch_size:

@@ -224,3 +224,48 @@ def test_mixed_image_extensions_in_shards_from_another_tool(tmp_path):
     assert ds.image_field == "image"
     batch = next(iter(packer.DataLoader(ds, batch_size=4)))
     assert batch["image"].shape == (4, 3, 8, 8)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_workers_follow_set_epoch(packed, context):
+    ds = packer.open_dataset(packed["webdataset"], shuffle=True, decode="raw")
+    loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2, collate_fn=list,
+                                         persistent_workers=True,
+                                         multiprocessing_context=context)
+    orders = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        orders.append([s["__key__"] for batch in loader for s in batch])
+    assert orders[0] != orders[1] != orders[2]
+    fresh = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2, collate_fn=list)
+    assert [s["__key__"] for batch in fresh for s in batch] == orders[2]
+
+
+def test_a_sample_without_the_image_is_replaced_and_named(tmp_path):
+    images = tmp_path / "stray"
+    (images / "a").mkdir(parents=True)
+    for i in range(5):
+        (images / "a" / f"{i}.jpg").write_bytes(image_bytes(i, size=(10, 8)))
+    (images / "a" / "notes").write_text("not an image")
+    run("pack", images, "-o", tmp_path / "wds", "-q")
+    ds = packer.open_dataset(tmp_path / "wds", image_size=8)
+    with pytest.warns(UserWarning, match=r"'a/notes' .* no jpg field to decode \(its fields: "
+                      r"_, cls\)\); replaced by another sample"):
+        batches = list(packer.DataLoader(ds, batch_size=3))
+    assert sum(len(b["cls"]) for b in batches) == 6 and batches[0]["jpg"].shape[1:] == (3, 8, 8)
+
+
+def test_a_batch_of_samples_with_different_fields_is_explained(tmp_path):
+    images = tmp_path / "sidecars"
+    (images / "a").mkdir(parents=True)
+    for i in range(4):
+        (images / "a" / f"{i}.jpg").write_bytes(image_bytes(i, size=(10, 8)))
+    (images / "a" / "2.json").write_text('{"note": 1}')
+    run("pack", images, "-o", tmp_path / "wds", "-q")
+    ds = packer.open_dataset(tmp_path / "wds", image_size=8)
+    with pytest.raises(ValueError, match=r"'a/2' has jpg, json, cls, most have cls, jpg; "
+                                         r"drop the odd fields in a transform="):
+        list(packer.DataLoader(ds, batch_size=4))
+    drop = packer.open_dataset(tmp_path / "wds", image_size=8,
+                               transform=lambda s: {k: v for k, v in s.items() if k != "json"})
+    assert [b["jpg"].shape[0] for b in packer.DataLoader(drop, batch_size=4)] == [4]
