@@ -89,3 +89,34 @@ def test_existing_output_needs_overwrite(image_folder, tmp_path):
     run("pack", image_folder, "-o", out, "--to", "lmdb", "--overwrite", "-q")
     assert json.loads((out / "manifest.json").read_text())["format"] == "lmdb"
     assert not list(out.glob("shard-*.tar"))
+
+
+KILL_WITH_ROWS_OF_AN_UNSEALED_PART = """
+import os, signal, sys
+import packer.packing
+from packer.formats import hdf5
+seal, calls = hdf5.Hdf5Writer._seal_part, []
+def write_rows_then_die(self, part):
+    calls.append(1)
+    if len(calls) == 3:  # two parts are sealed; this one's rows reach the file unflushed
+        self._flush_buffer()
+        os.kill(os.getpid(), signal.SIGKILL)
+    seal(self, part)
+hdf5.Hdf5Writer._seal_part = write_rows_then_die
+packer.packing.BLOCK_COUNT = 3
+from packer.cli import cli
+cli(sys.argv[1:], prog_name="packer")
+"""
+
+
+def test_hdf5_resumes_after_a_kill_between_writing_rows_and_flushing(image_folder, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
+    out = tmp_path / "killed"
+    args = ["pack", str(image_folder), "--to", "hdf5", "-o", str(out), "-q"]
+    killed = subprocess.run([sys.executable, "-c", KILL_WITH_ROWS_OF_AN_UNSEALED_PART, *args])
+    assert killed.returncode == -signal.SIGKILL
+    run(*args, "--resume")
+    run("pack", image_folder, "--to", "hdf5", "-o", tmp_path / "reference", "-q")
+    assert list(iter_samples(out)) == list(iter_samples(tmp_path / "reference"))
+    assert "OK" in run("verify", out, "--against", image_folder, "-q").output

@@ -169,8 +169,22 @@ class Hdf5Writer(Writer):
         self.file.flush()
 
     def truncate(self, count: int) -> None:
+        """Drop the rows after `count` (of an interrupted run). Rows of variable length
+        point into HDF5's heap, and shrinking a dataset keeps the rows cut off in the
+        last chunk: after a crash they can point past the file's end, and HDF5 fails
+        when the next write frees them. So the last chunk is dropped whole and its kept
+        rows written again."""
         for name in self.columns:
-            self._dataset(name).resize(count, axis=0)
+            dataset = self._dataset(name)
+            if dataset.dtype.kind != "O":  # numbers and fixed-size arrays
+                dataset.resize(count, axis=0)
+                continue
+            chunk_start = count - count % dataset.chunks[0]
+            kept = dataset[chunk_start:count]
+            dataset.resize(chunk_start, axis=0)
+            dataset.resize(count, axis=0)
+            if len(kept):
+                dataset.write_direct(kept, dest_sel=np.s_[chunk_start:count])
 
     def finish(self, manifest: dict) -> None:
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
