@@ -20,6 +20,7 @@ _LAZY_NAMES = {
     "PackOptions": "packer.packing", "pack": "packer.packing", "unpack": "packer.unpack",
     "verify": "packer.verify", "DataLoader": "packer.loader",
     "PackedDataset": "packer.loader", "open_dataset": "packer.loader",
+    "collate_samples": "packer.loader",
 }
 
 
@@ -31,5 +32,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
 
 
-__all__ = ["DataLoader", "PackOptions", "PackedDataset", "iter_samples", "load_manifest",
-           "open_dataset", "pack", "unpack", "verify"]
+__all__ = ["DataLoader", "PackOptions", "PackedDataset", "collate_samples", "iter_samples",
+           "load_manifest", "open_dataset", "pack", "unpack", "verify"]
