@@ -273,3 +273,18 @@ def test_thousands_separators_are_read_strictly(tmp_path):
     result = run("pack", source, "--label-column", "y", "--feature-columns", "p", "--to",
                  "hdf5", "-o", tmp_path / "bad", "--decimal", ",", expect=1)
     assert "column 'p', row 3: '1.5': not a number" in result.output
+
+
+def test_inspect_table_counts_cells_pack_rejects(tmp_path):
+    source = tmp_path / "inf.csv"
+    source.write_text("a,b,y\n1,2,x\n3,inf,z\n5,-Infinity,x\n1e40,4,z\n")
+    report = json.loads(run("inspect-table", source, "--json").output)
+    a, b = report["columns"][:2]
+    assert (a["non_numeric"], a["example"], a["min"], a["max"]) == (
+        1, {"row": 5, "value": "1e+40"}, 1, 5)
+    assert (b["non_numeric"], b["example"], b["min"], b["max"]) == (
+        2, {"row": 3, "value": "inf"}, 2, 4)
+    assert "row 3: 'inf'" in run("inspect-table", source).output
+    result = run("pack", source, "--label-column", "y", "-o", tmp_path / "o", expect=1)
+    assert ("inf.csv: column 'a', row 5: '1e+40': not a number or beyond float32 range"
+            in result.output and result.output.rstrip().endswith("; also column 'b', row 3: 'inf'"))

@@ -1,5 +1,8 @@
 """Every bad table gets one clear message, a non-zero exit, and leaves no output."""
 
+import json
+
+import h5py
 import pytest
 from openpyxl import Workbook
 
@@ -120,3 +123,38 @@ def test_a_key_that_is_not_a_relative_path_is_refused(tmp_path, key):
     result = run("pack", source, "--key-column", "id", "--label-column", "y", "-o",
                  tmp_path / "o", expect=1)
     assert "key column 'id', row 2" in result.output and "relative path" in result.output
+
+
+def test_a_number_beyond_float32_range_is_a_bad_cell(tmp_path):
+    source = text(tmp_path, "big.csv", "a,b,y\n1,2,x\n1e40,3,z\n-5e39,4,x\n7,5,z\n")
+    message = pack_fails(source, tmp_path / "o", "--label-column", "y")
+    assert ("big.csv: column 'a', row 3: '1e+40'; row 4: '-5e+39': not a number or beyond "
+            "float32 range (±3.4e+38); pass --na drop to leave such rows out" in message)
+    result = run("pack", source, "--label-column", "y", "--na", "drop", "--to", "hdf5",
+                 "-o", tmp_path / "d")
+    assert "not exact in float32" not in result.output and "overflow" not in result.output
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text(),
+                          parse_constant=refuse)
+    assert manifest["table"]["na"]["cells"] == {"a": 2}
+    assert manifest["table"]["float32_inexact"] == {}
+    assert manifest["table"]["stats"]["a"]["max"] == 7.0
+    with h5py.File(tmp_path / "d" / "data.h5") as file:
+        assert file["features"][:].tolist() == [[1, 2], [7, 5]]
+
+
+def test_a_bool_among_numbers_is_a_bad_cell_and_a_bool_column_a_feature(tmp_path):
+    book = Workbook()
+    book.active.append(["p", "flag", "y"])
+    for row in [[1, True, "a"], [2, False, "b"], [True, True, "a"], [4, False, "b"]]:
+        book.active.append(row)
+    book.save(tmp_path / "b.xlsx")
+    message = pack_fails(tmp_path / "b.xlsx", tmp_path / "o", "--label-column", "y")
+    assert "b.xlsx: column 'p', row 4: 'True': not a number; pass --na drop" in message
+    run("pack", tmp_path / "b.xlsx", "--label-column", "y", "--na", "drop", "--to", "hdf5",
+        "-o", tmp_path / "d", "-q")
+    with h5py.File(tmp_path / "d" / "data.h5") as file:
+        assert file["features"][:].tolist() == [[1, 1], [2, 0], [4, 0]]

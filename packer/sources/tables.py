@@ -35,11 +35,13 @@ from packer.tables.convert import (
     bad_cell_hint,
     choose_columns,
     first_problems,
+    in_float32,
     to_numbers,
     to_seconds,
+    too_large_shown,
 )
 from packer.tables.keys import check_unique_keys, key_texts
-from packer.tables.readers import open_table
+from packer.tables.readers import canon_text, open_table
 from packer.tables.stats import Float32Exactness, RunningStats
 
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
@@ -168,6 +170,7 @@ class TableSource:
         n = len(frame)
         block = np.empty((n, len(self.features)), np.float64)
         missing = np.zeros(n, bool)
+        failing = []  # under --na fail: the columns with bad cells, all named in the error
         for j, name in enumerate(self.features):
             series = frame[name]
             if name in self.categories:
@@ -186,13 +189,25 @@ class TableSource:
                 values, bad = to_numbers(series, self.table.thousands)
             if bad.any():
                 if self.na == "fail":
-                    raise PackerError(first_problems(self.path, self.table, name, series, bad,
-                                                     offset)
-                                     + f": {bad_cell_hint(name in self.cols.dates)}")
+                    failing.append((name, series, bad))
                 self.na_cells[j] += int(bad.sum())
                 missing |= bad
             block[:, j] = values
+        if failing:
+            raise PackerError(self._bad_cells(failing, offset))
         return block, missing
+
+    def _bad_cells(self, failing: list, offset: int) -> str:
+        """The first bad cells of the first such column, and the other such columns."""
+        name, series, bad = failing[0]
+        too_large = too_large_shown(series, bad, self.table.thousands)
+        message = (first_problems(self.path, self.table, name, series, bad, offset)
+                   + f": {bad_cell_hint(name in self.cols.dates, too_large)}")
+        for name, series, bad in failing[1:]:
+            i = int(np.flatnonzero(bad)[0])
+            message += (f"; also column {name!r}, row {self.table.file_row(offset + i)}: "
+                        f"{canon_text(series.iloc[i])!r}")
+        return message
 
     def _seconds(self, name: str, series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Seconds since the column's first date: exact in float32 within 194 days of
@@ -212,7 +227,7 @@ class TableSource:
                    for t in columns.dtypes):
             return None
         block = columns.to_numpy(dtype=np.float64, na_value=np.nan)
-        return block if np.isfinite(block).all() else None
+        return block if in_float32(block).all() else None
 
     def _labels(self, frame: pd.DataFrame, names: Categories, offset: int):
         """The chunk's labels (provisional class ids, or float targets) and the mask of

@@ -16,6 +16,7 @@ from packer.errors import PackerError, UsageProblem
 from packer.tables.readers import canon_text
 
 NA_POLICIES = ("fail", "drop", "zero", "mean")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 TASKS = ("classify", "regress")
 _GLOB = set("*?[")
 
@@ -59,6 +60,8 @@ def parse_numbers(series: pd.Series, thousands: str | None = None) -> pd.Series:
     cell holding the separator in any other way is not: with a decimal comma, `1.5`
     is no number, where pandas would read 1.5 (and `1.500` 1.5 beside `1.234,5`)."""
     numbers = pd.to_numeric(series, errors="coerce")
+    if series.dtype == object:  # mixed cells (Excel, Parquet), not text read from a CSV
+        numbers = _without_stray_bools(series, numbers)
     if thousands is None or series.dtype.kind not in "OSUT":
         return numbers
     text = series[series.notna()].astype(str).str.strip()
@@ -73,6 +76,23 @@ def parse_numbers(series: pd.Series, thousands: str | None = None) -> pd.Series:
     numbers[cells.index] = pd.to_numeric(cells.str.replace(thousands, "", regex=False)
                                          .str.replace(decimal, ".", regex=False))
     return numbers
+
+
+def _without_stray_bools(series: pd.Series, numbers: pd.Series) -> pd.Series:
+    """NaN for TRUE/FALSE cells (Excel, Parquet) among other filled cells, where
+    pandas reads 1.0/0.0; a column of only booleans (and gaps) keeps them."""
+    flags = series.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(bool)
+    if not flags.any() or flags[series.notna().to_numpy()].all():
+        return numbers
+    numbers = numbers.astype(np.float64)
+    numbers[flags] = np.nan
+    return numbers
+
+
+def in_float32(values: np.ndarray) -> np.ndarray:
+    """The cells float32 holds as they are: finite and within its range (1e40 would
+    become inf)."""
+    return np.abs(values) <= FLOAT32_MAX
 
 
 def numeric_share(series: pd.Series, thousands: str | None = None) -> float | None:
@@ -173,19 +193,30 @@ def choose_columns(names: list[str], sample: pd.DataFrame, options, path,
                    [c for c in dates if c in chosen], left_out)
 
 
+def _float64(series: pd.Series, thousands: str | None) -> np.ndarray:
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return np.full(len(series), np.nan)
+    if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
+        return series.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    return parse_numbers(series, thousands).to_numpy(dtype=np.float64, copy=True,
+                                                     na_value=np.nan)
+
+
 def to_numbers(series: pd.Series, thousands: str | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
-    """float64 values (NaN where not a finite number) and the mask of those cells."""
-    if pd.api.types.is_datetime64_any_dtype(series):
-        values = np.full(len(series), np.nan)
-    elif pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
-        values = series.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
-    else:
-        values = parse_numbers(series, thousands).to_numpy(dtype=np.float64, copy=True,
-                                                            na_value=np.nan)
-    bad = ~np.isfinite(values)
+    """float64 values (NaN where not a number float32 holds) and the mask of those
+    cells."""
+    values = _float64(series, thousands)
+    bad = ~in_float32(values)
     values[bad] = np.nan
     return values, bad
+
+
+def too_large_shown(series: pd.Series, bad: np.ndarray, thousands: str | None) -> bool:
+    """Whether a bad cell that `first_problems` shows is a finite number beyond
+    float32's range."""
+    values = _float64(series.iloc[np.flatnonzero(bad)[:3]], thousands)
+    return bool((np.isfinite(values) & ~in_float32(values)).any())
 
 
 def to_seconds(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -244,13 +275,15 @@ def first_problems(path, table, column: str, series: pd.Series, bad: np.ndarray,
     return f"{path}: {role} {column!r}, " + "; ".join(shown) + more
 
 
-def bad_cell_hint(in_date_column: bool) -> str:
+def bad_cell_hint(in_date_column: bool, too_large: bool = False) -> str:
     """What a bad feature cell is not, and what to do about it."""
     fills = "pass --na drop to leave such rows out, --na zero or --na mean to fill them"
     if in_date_column:
         return ("not a date (as pandas reads dates: 2024-05-01, 2024-05-01 13:45:00, "
                 f"05/01/2024); {fills}")
-    return (f"not a number; {fills}, --drop-columns to leave the column out, or "
+    what = (f"not a number or beyond float32 range (±{FLOAT32_MAX:.1e})" if too_large
+            else "not a number")
+    return (f"{what}; {fills}, --drop-columns to leave the column out, or "
             "--categorical to map its text to ids")
 
 

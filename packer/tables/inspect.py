@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from packer.tables.convert import inferred_type, parse_numbers
+from packer.tables.convert import inferred_type, to_numbers
 from packer.tables.readers import canon_text, open_table
 
 CHUNK_ROWS = 1 << 16
@@ -35,18 +35,15 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
             if pd.api.types.is_datetime64_any_dtype(series):
                 _date_range(entry, series.dropna())
                 continue
-            if pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
-                numbers = series.to_numpy(dtype=np.float64, na_value=np.nan)
-            else:
-                numbers = parse_numbers(series, table.thousands).to_numpy(
-                    dtype=np.float64, na_value=np.nan)
-                text = ~empty & np.isnan(numbers)
-                entry["non_numeric"] += int(text.sum())
-                if entry["example"] is None and text.any():
-                    i = int(np.flatnonzero(text)[0])
-                    entry["example"] = {"row": table.file_row(total + i),
-                                        "value": canon_text(series.iloc[i])}
-            finite = numbers[np.isfinite(numbers)]
+            # the cells pack rejects: text, inf, nan, numbers beyond float32 range
+            numbers, bad = to_numbers(series, table.thousands)
+            text = bad & ~empty
+            entry["non_numeric"] += int(text.sum())
+            if entry["example"] is None and text.any():
+                i = int(np.flatnonzero(text)[0])
+                entry["example"] = {"row": table.file_row(total + i),
+                                    "value": canon_text(series.iloc[i])}
+            finite = numbers[~bad]
             if finite.size:
                 low, high = float(finite.min()), float(finite.max())
                 entry["min"] = low if entry["min"] is None else min(entry["min"], low)

@@ -30,10 +30,11 @@ _GB = {"gbk", "gb2312", "gb18030", "hz", "cp936"}
 
 
 def canon_text(value) -> str:
-    """A cell as text: integral numbers without `.0`, missing cells as ``."""
+    """A cell as text: integral numbers without `.0` (1e+40 as such, not 41 digits),
+    missing cells as ``."""
     if value is None or (isinstance(value, float) and value != value):
         return ""
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
     if hasattr(value, "isoformat"):
         return value.isoformat()
