@@ -6,6 +6,7 @@ from dataclasses import fields
 import click
 
 from packer.cli import PackerGroup
+from packer.errors import PackerError
 from train.config import AMP_MODES, DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -130,9 +131,10 @@ def check(data, out, **options):
     """Check the data pipeline before training: shapes, ranges, labels, one step.
 
     Prints batch shapes and dtypes, the channel order, value ranges after
-    normalisation, the class distribution (with an imbalance warning), a NaN/inf
-    scan and one forward and backward pass, and writes a grid of samples with
-    their labels to OUT/check_grid.png: the eye check that labels match samples.
+    normalisation, the class distribution (with an imbalance warning) and one
+    forward and backward pass, and writes a grid of samples with their labels to
+    OUT/check_grid.png: the eye check that labels match samples. Exits 1 when any
+    sample's float inputs or label hold NaN or infinite values, naming them.
 
     \b
     Example:
@@ -142,10 +144,12 @@ def check(data, out, **options):
 
     report = run_check(TrainConfig(data=data, out=out, val_split=0.0, **options))
     for name, value in report.items():
-        if name != "warnings":
+        if name not in ("warnings", "error"):
             click.echo(f"{name}: {value}")
     for warning in report["warnings"]:
         click.echo(f"WARNING: {warning}")
+    if report["error"]:
+        raise PackerError(report["error"])
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
+NAMED_SAMPLES = 5  # samples with NaN or infinite values that the message names
 
 
 @dataclass(frozen=True)
@@ -195,10 +196,56 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
                                holdout=(split, "train") if split else None)
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = _arrays(batch, info, torch.device("cpu")).double()
-    dims = [d for d in range(values.ndim) if d != 1]
-    std = values.std(dim=dims, correction=0)
-    return {"mean": values.mean(dim=dims).tolist(),
-            "std": torch.where(std > 1e-8, std, 1.0).tolist()}
+    values = values.transpose(0, 1).reshape(values.shape[1], -1)  # (channels, the rest)
+    finite = torch.isfinite(values)  # a NaN or inf value must not poison its channel
+    count = finite.sum(dim=1).clamp_min(1)
+    mean = torch.where(finite, values, 0.0).sum(dim=1) / count
+    std = (torch.where(finite, values - mean[:, None], 0.0) ** 2).sum(dim=1).div(count).sqrt()
+    return {"mean": mean.tolist(), "std": torch.where(std > 1e-8, std, 1.0).tolist()}
+
+
+def non_finite(info: DataInfo, config: TrainConfig) -> str | None:
+    """Where DATA (and --val) hold NaN or infinite values in the float fields training
+    reads, inputs and label: one message, or None when every value is finite."""
+    if info.files is not None or info.decoded_images:
+        return None
+    found = [_non_finite_in(config.data, info, config, None)]
+    if config.val is not None:
+        found.append(_non_finite_in(config.val, info, config, info.val_transform))
+    return " ".join(m for m in found if m) or None
+
+
+def require_finite(info: DataInfo, config: TrainConfig) -> None:
+    message = non_finite(info, config)
+    if message:
+        raise PackerError(message)
+
+
+def _non_finite_in(path: str, info: DataInfo, config: TrainConfig,
+                   transform: AsTraining | None) -> str | None:
+    """One pass over every sample of `path` (the float fields only)."""
+    data = packer.open_dataset(path, decode="raw", rank=0, world_size=1, transform=transform)
+    counts, keys, samples, total = {}, [], 0, 0
+    for batch in packer.DataLoader(data, batch_size=STATS_SAMPLES, num_workers=config.workers):
+        bad = torch.zeros(len(batch["__key__"]), dtype=torch.bool)
+        for name in (*info.inputs, info.label):
+            values = batch[name]
+            if isinstance(values, torch.Tensor) and values.is_floating_point():
+                wrong = ~torch.isfinite(values.reshape(len(values), -1))
+                counts[name] = counts.get(name, 0) + int(wrong.sum())
+                bad |= wrong.any(dim=1)
+        rows = bad.nonzero().flatten().tolist()
+        samples, total = samples + len(rows), total + len(bad)
+        keys += [batch["__key__"][i] for i in rows[:NAMED_SAMPLES - len(keys)]]
+    if not samples:
+        return None
+    fields = ", ".join(f"{n:,} value{'s' * (n > 1)} in {name}" for name, n in counts.items() if n)
+    more = ", ..." if samples > len(keys) else ""
+    fix = "fix or drop those records before packing" + (
+        "" if counts.get(info.label) else ", or leave the field out with --inputs")
+    return (f"{path}: NaN or infinite values in {samples:,} of {total:,} samples ({fields}; "
+            f"sample keys {', '.join(keys)}{more}). Training on them makes the loss "
+            f"NaN: {fix}.")
 
 
 def _describe_loose(config: TrainConfig) -> DataInfo:

@@ -1,6 +1,7 @@
 """`train fit`: setup, then per epoch a training pass, validation, a checkpoint."""
 
 import json
+import math
 import os
 import sys
 import time
@@ -17,8 +18,8 @@ from packer.errors import PackerError
 from train import checkpoint, models
 from train.augment import augment_images
 from train.config import TrainConfig
-from train.data import DataInfo, datasets, describe, to_inputs, to_targets
-from train.metrics import Metrics
+from train.data import DataInfo, datasets, describe, require_finite, to_inputs, to_targets
+from train.metrics import Metrics, strict_json
 from train.schedule import lr_factor
 
 
@@ -143,7 +144,7 @@ def train_epoch(run: Run, loader, epoch: int) -> dict:
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{config.epochs}",
                disable=not run.main or not sys.stderr.isatty(),  # no bars in log files
                leave=False, dynamic_ncols=True)
-    for batch in bar:
+    for step, batch in enumerate(bar):
         waited += time.perf_counter() - mark
         inputs = to_inputs(batch, run.info, run.device, config.channels_last)
         targets = to_targets(batch, run.info, run.device)
@@ -154,6 +155,9 @@ def train_epoch(run: Run, loader, epoch: int) -> dict:
             outputs = model(inputs)
             loss = run.loss_fn(outputs.float().squeeze(1) if run.info.task == "regress"
                                else outputs.float(), targets)
+        if not _finite(run, loss):
+            raise PackerError(_diverged(run, f"epoch {epoch + 1}, step {step + 1}: the "
+                                             "training loss"))
         run.optimizer.zero_grad(set_to_none=True)
         if run.scaler:
             run.scaler.scale(loss).backward()
@@ -180,6 +184,33 @@ def train_epoch(run: Run, loader, epoch: int) -> dict:
     return {"loss": sums[0].item() / max(sums[1].item(), 1),
             "samples_per_s": sums[1].item() / max(sums[3].item() / run.world, 1e-9),
             "data_wait_share": sums[2].item() / max(sums[3].item(), 1e-9)}
+
+
+def _finite(run: Run, loss: torch.Tensor) -> bool:
+    """Whether the loss is finite on every rank (so that all ranks stop together)."""
+    finite = torch.isfinite(loss.detach()).float()
+    if run.world > 1:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite.item())
+
+
+def _broken(run: Run, val: dict | None) -> str | None:
+    """After an epoch: what became NaN or infinite, the weights or the validation loss."""
+    model = run.model.module if run.world > 1 else run.model
+    if not torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all().item():
+        return "the weights"
+    if val and not math.isfinite(val["loss"]):
+        return "the validation loss"
+    return None
+
+
+def _diverged(run: Run, what: str) -> str:
+    """`what` became NaN or infinite: why, and what to try."""
+    kept = (f"the checkpoints in {run.out} are from earlier epochs" if run.history
+            else "no checkpoint was written")
+    return (f"{what} became NaN or infinite, so training stopped ({kept}). The weights "
+            f"diverged: try a lower --lr (this run: {run.config.effective_lr():g}) or "
+            f"--clip-grad, or check the data with `train check {run.config.data}`.")
 
 
 @torch.no_grad()
@@ -228,7 +259,7 @@ def _restore(run: Run) -> tuple[int, float | None, int, int]:
 
 def _log(run: Run, writer, record: dict) -> None:
     with open(run.out / "metrics.jsonl", "a", encoding="utf-8") as file:
-        file.write(json.dumps(record) + "\n")
+        file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
     if writer is None:
         return
     for side in ("train", "val"):
@@ -241,6 +272,7 @@ def _log(run: Run, writer, record: dict) -> None:
 def fit(config: TrainConfig) -> dict:
     """Train; returns the summary written to OUT/summary.json."""
     info = describe(config)
+    require_finite(info, config)
     setup_distributed(config.device)  # first: the datasets split by the process group's rank
     train_set, val_set = datasets(info, config)
     order = torch.Generator()  # a loose folder's shuffle; packed data shuffle themselves
@@ -267,6 +299,9 @@ def fit(config: TrainConfig) -> dict:
             train_set.set_epoch(epoch)
         train = train_epoch(run, loader, epoch)
         val = evaluate(run, val_loader) if val_loader else None
+        broken = _broken(run, val)
+        if broken:
+            raise PackerError(_diverged(run, f"epoch {epoch + 1}: {broken}"))
         score = _monitor(run, val, train)
         if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             run.scheduler.step(-score if run.info.task == "regress" else score)
@@ -313,7 +348,8 @@ def _finish(run: Run, writer, best_epoch: int) -> dict:
                "samples_per_s": sum(r["train"]["samples_per_s"] for r in lines) / epochs,
                "data_wait_share": sum(r["train"]["data_wait_share"] for r in lines) / epochs}
     if run.main:
-        (run.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        (run.out / "summary.json").write_text(json.dumps(strict_json(summary), indent=1,
+                                                         allow_nan=False))
         writer.close()
     if run.world > 1:
         dist.barrier()

@@ -1,5 +1,7 @@
 """Validation metrics, accumulated over batches and reduced across ranks."""
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -41,6 +43,17 @@ class Metrics:
         else:
             out["accuracy"] = self.sums[2].item() / count
         return out
+
+
+def strict_json(value):
+    """`value` with every NaN or infinite float as None: JSON that strict parsers read."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def _classification(confusion: torch.Tensor, classes: list[str]) -> dict:

@@ -8,8 +8,9 @@ import torch
 
 import packer
 from train.config import TrainConfig
-from train.data import datasets, describe, to_inputs, to_targets
+from train.data import datasets, describe, non_finite, require_finite, to_inputs, to_targets
 from train.loop import build
+from train.metrics import strict_json
 
 IMBALANCE = 5.0  # largest / smallest class count that earns a warning
 
@@ -29,19 +30,23 @@ def _batches(config: TrainConfig, count: int, shuffle: bool = True):
 
 
 def check(config: TrainConfig) -> dict:
-    """The data-pipeline checks; writes OUT/check_grid.png. Returns a report."""
+    """The data-pipeline checks; writes OUT/check_grid.png. Returns a report; its "error"
+    says where the data hold NaN or infinite values (None: nowhere)."""
     info, batches, _ = _batches(config, 4)
     run = build(config, 1, info)
     inputs = torch.cat([to_inputs(b, info, run.device) for b in batches])
     targets = torch.cat([to_targets(b, info, run.device) for b in batches])
+    finite = inputs[torch.isfinite(inputs)]
+    shown = finite if finite.numel() else inputs
     layouts = {"image": "channels first (C, H, W), " + ("RGB" if info.decoded_images else "grey"),
                "vector": "(features,)", "sequence": "(channels, time)"}
     report = {"inputs": ", ".join(info.inputs), "input_shape": list(inputs.shape[1:]),
               "input_dtype": str(inputs.dtype), "layout": layouts[info.kind],
-              "range_after_normalisation": [inputs.min().item(), inputs.max().item()],
-              "mean_std_after_normalisation": [inputs.mean().item(), inputs.std().item()],
+              "range_after_normalisation": [shown.min().item(), shown.max().item()],
+              "mean_std_after_normalisation": [shown.mean().item(), shown.std().item()],
               "non_finite_inputs": int((~torch.isfinite(inputs)).sum().item()),
-              "label_dtype": str(targets.dtype), "warnings": []}
+              "label_dtype": str(targets.dtype), "warnings": [],
+              "error": non_finite(info, config)}
     if info.classes and info.class_counts:
         counts = dict(zip(info.classes, info.class_counts, strict=True))
         report["class_counts"] = counts
@@ -49,8 +54,6 @@ def check(config: TrainConfig) -> dict:
         if low == 0 or high / low > IMBALANCE:
             report["warnings"].append(f"classes are imbalanced ({high:,} against {low:,} "
                                       "samples): consider --class-weights auto")
-    if report["non_finite_inputs"]:
-        report["warnings"].append("inputs hold NaN or infinite values")
     loss = run.loss_fn(run.model(inputs).float().squeeze(1) if info.task == "regress"
                        else run.model(inputs).float(), targets)
     loss.backward()
@@ -94,6 +97,7 @@ def overfit(config: TrainConfig, samples: int = 128, max_steps: int = 300) -> di
     """Train on `samples` samples until the loss is near zero; says whether it got there."""
     config.batch_size = min(config.batch_size, samples)
     info, batches, _ = _batches(config, math.ceil(samples / config.batch_size), shuffle=False)
+    require_finite(info, config)
     config.augment, config.dropout, config.weight_decay = False, 0.0, 0.0
     run = build(config, 1, info)
     data = [(to_inputs(b, info, run.device), to_targets(b, info, run.device)) for b in batches]
@@ -124,6 +128,7 @@ def lr_find(config: TrainConfig, steps: int = 100, low: float = 1e-6,
     """The learning-rate range test: lr grows exponentially while the loss is recorded;
     writes OUT/lr_find.png and OUT/lr_find.json and suggests a learning rate."""
     info, batches, _ = _batches(config, steps)
+    require_finite(info, config)
     config.schedule, config.warmup_epochs = "constant", 0
     run = build(config, 1, info)
     run.model.train()
@@ -149,7 +154,7 @@ def lr_find(config: TrainConfig, steps: int = 100, low: float = 1e-6,
               "min_loss_lr": rates[best]}
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "lr_find.json").write_text(json.dumps(result))
+    (out / "lr_find.json").write_text(json.dumps(strict_json(result), allow_nan=False))
     _plot_lr(rates, losses, result["suggested_lr"], out / "lr_find.png")
     return result
 
