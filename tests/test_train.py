@@ -167,3 +167,15 @@ def test_multilabel_from_a_table_with_two_label_columns(tmp_path):
           "0", "--lr", "3e-3", "--batch-size", "32", "--val-split", "0.2")
     best = json.loads((tmp_path / "run" / "summary.json").read_text())["best"]["val"]
     assert best["accuracy"] > 0.85  # the share of labels right
+
+
+def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
+    images = colour_images(tmp_path / "images", COLOURS[:2], per_class=8, spread=40)
+    (images / "c0" / "3.json").write_text('{"photographer": "a"}')
+    (images / "c1" / "notes").write_text("a stray file: no image, so a bad sample")
+    packer_run("pack", images, "-o", tmp_path / "wds", "-q")
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="'c1/notes' .* no jpg field to decode"):
+        train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
+              *COMMON)
+    assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1

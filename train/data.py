@@ -34,6 +34,19 @@ class AsTraining:
         return sample
 
 
+@dataclass(frozen=True)
+class Keep:
+    """A sample cut down to the fields training reads (so that a sidecar only some
+    samples have does not stop batching), after `then` maps a --val sample."""
+    fields: tuple[str, ...]
+    then: AsTraining | None = None
+
+    def __call__(self, sample: dict) -> dict:
+        if self.then is not None:
+            sample = self.then(sample)
+        return {name: sample[name] for name in self.fields if name in sample}
+
+
 @dataclass
 class DataInfo:
     kind: str  # "image", "vector" or "sequence"
@@ -51,6 +64,10 @@ class DataInfo:
     @property
     def num_outputs(self) -> int:
         return len(self.classes) if self.task in ("classify", "multilabel") else self.targets
+
+    def keep(self, then: AsTraining | None = None) -> Keep:
+        """The transform that keeps only the key, the inputs and the label."""
+        return Keep(("__key__", *self.inputs, *([self.label] if self.label else [])), then)
 
     @property
     def decoded_images(self) -> bool:
@@ -193,7 +210,8 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
     (the same on every rank)."""
     split = _split(config)
     data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
-                               holdout=(split, "train") if split else None)
+                               holdout=(split, "train") if split else None,
+                               transform=info.keep())
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = _arrays(batch, info, torch.device("cpu")).double()
     values = values.transpose(0, 1).reshape(values.shape[1], -1)  # (channels, the rest)
@@ -224,7 +242,8 @@ def require_finite(info: DataInfo, config: TrainConfig) -> None:
 def _non_finite_in(path: str, info: DataInfo, config: TrainConfig,
                    transform: AsTraining | None) -> str | None:
     """One pass over every sample of `path` (the float fields only)."""
-    data = packer.open_dataset(path, decode="raw", rank=0, world_size=1, transform=transform)
+    data = packer.open_dataset(path, decode="raw", rank=0, world_size=1,
+                               transform=info.keep(transform))
     counts, keys, samples, total = {}, [], 0, 0
     for batch in packer.DataLoader(data, batch_size=STATS_SAMPLES, num_workers=config.workers):
         bad = torch.zeros(len(batch["__key__"]), dtype=torch.bool)
@@ -293,13 +312,15 @@ def datasets(info: DataInfo, config: TrainConfig):
                "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed}
     split = _split(config)
-    train = packer.open_dataset(config.data, shuffle=True,
+    train = packer.open_dataset(config.data, shuffle=True, transform=info.keep(),
                                 holdout=(split, "train") if split else None, **options)
     if config.val is not None:
-        return train, packer.open_dataset(config.val, transform=info.val_transform, **options)
+        return train, packer.open_dataset(config.val, transform=info.keep(info.val_transform),
+                                          **options)
     if not split:
         return train, None
-    val = packer.open_dataset(config.data, holdout=(split, "val"), **options)
+    val = packer.open_dataset(config.data, holdout=(split, "val"), transform=info.keep(),
+                              **options)
     _check_held(val.total, config, train.source.count)
     return train, val
 
