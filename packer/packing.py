@@ -3,7 +3,8 @@
 The output is written to `OUT.partial` and renamed to `OUT` only when complete.
 After each closed part, `OUT.partial/progress.json` records what is durable
 (parts, skipped inputs, counts), so `--resume` continues after the last closed
-part and ends with exactly what an uninterrupted run writes.
+part and ends with exactly what an uninterrupted run writes; with the options and
+the input's sample count, so a refused resume can say what changed.
 """
 
 import copy
@@ -164,6 +165,9 @@ def _plan(source, options: PackOptions) -> dict:
     implicit = hasattr(source, "blocks") and options.to == "hdf5"
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
+            # kept in progress.json to say what changed when a --resume is refused
+            "options": json.loads(json.dumps(options.recorded(), default=str)),
+            "input": {"fingerprint": source.fingerprint, "samples": source.count},
             "implicit_keys": implicit,
             # samples keyed by their index need no key dataset: the reader makes the keys
             "key_dataset": None if implicit else getattr(source, "key_dataset", "__key__"),
@@ -198,8 +202,10 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
 def _check_unchanged(source, plan: dict, progress: dict, work: Path) -> None:
     """Refuse to resume when the listing, the options or a packed input changed."""
     if progress["fingerprint"] != plan["fingerprint"]:
-        raise UsageProblem(f"{work}: the input or the options changed since the "
-                           "interrupted run; start over with --overwrite")
+        changed = _what_changed(plan, progress)
+        again = ("pass the earlier values to resume, or start over with --overwrite"
+                 if changed.startswith("the options") else "start over with --overwrite")
+        raise UsageProblem(f"{work}: {changed}; {again}")
     # The listing cannot tell an edited file; its modification time can.
     modified_since = getattr(source, "modified_since", None)
     began = progress.get("started_ns")  # absent from an older version's progress
@@ -210,9 +216,42 @@ def _check_unchanged(source, plan: dict, progress: dict, work: Path) -> None:
                            "was packed; the input changed, start over with --overwrite")
 
 
+def _what_changed(plan: dict, progress: dict) -> str:
+    """`the options changed since the interrupted run (--max-count was 3, now 5)`, or
+    the input (`18 samples then, 19 now`), or both; a progress file of an older
+    version records neither, and gets `the input or the options changed ...`."""
+    then_options, then_input = progress.get("options"), progress.get("input")
+    changed, details = [], []
+    if then_input and then_input["fingerprint"] != plan["input"]["fingerprint"]:
+        then, now = then_input["samples"], plan["input"]["samples"]
+        changed.append("the input")
+        details.append(f"{then:,} samples then, {now:,} now" if then != now
+                       else f"still {now:,} samples, not the same")
+    differ = [f"--{name.replace('_', '-')} was {_option_value(then_options[name])}, "
+              f"now {_option_value(value)}" for name, value in plan["options"].items()
+              if then_options and name in then_options and then_options[name] != value]
+    if differ:
+        changed.append("the options")
+        details += differ
+    if not changed:
+        return "the input or the options changed since the interrupted run"
+    return f"{' and '.join(changed)} changed since the interrupted run ({'; '.join(details)})"
+
+
+def _option_value(value) -> str:
+    if value is None or value == []:
+        return "not given"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def _save_progress(writer, tally: Tally, plan: dict) -> None:
     write_json_atomic(writer.folder / PROGRESS_NAME, {
         "fingerprint": plan["fingerprint"], "started_ns": plan["started_ns"],
+        "options": plan["options"], "input": plan["input"],
         "parts": writer.parts, "tally": asdict(tally)})
 
 
