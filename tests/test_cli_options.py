@@ -10,7 +10,8 @@ import pytest
 
 from conftest import run
 from packer import packing
-from packer.cli import EVERY_PACK, PACK_OPTIONS, pack
+from packer.cli import pack
+from packer.pack_options import EVERY_PACK, PACK_OPTIONS
 
 
 def refused(*args) -> str:
