@@ -67,8 +67,9 @@ _BLOBS: list[bytes] = []  # the images in memory, for the decode limit (inherite
 
 def pack(data: Path, out: Path, to: str, shard_size: str) -> None:
     """Pack `data` into `out` unless it is there already; print the command either way."""
+    shards = ["--shard-size", shard_size] if to == "webdataset" else []
     command = [str(Path(sys.executable).parent / "packer"), "pack", str(data), "--to", to,
-               "-o", str(out), "--shard-size", shard_size, "-q", "--overwrite"]
+               "-o", str(out), *shards, "-q", "--overwrite"]
     done = (out / "manifest.json").is_file()
     print(f"  $ {' '.join(command)}{'   (done before)' if done else ''}", flush=True)
     if not done:

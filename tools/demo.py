@@ -40,8 +40,8 @@ def main() -> None:
 
     for fmt, name in [("webdataset", "images-wds"), ("lmdb", "images.lmdb"),
                       ("hdf5", "images.h5")]:
-        packer("pack", images, "--to", fmt, "-o", demo / name, "--workers", "2",
-               "--shard-size", "1MB")
+        shards = ["--shard-size", "1MB"] if fmt == "webdataset" else []
+        packer("pack", images, "--to", fmt, "-o", demo / name, "--workers", "2", *shards)
     packer("inspect", demo / "images-wds")
     for name in ("images-wds", "images.lmdb", "images.h5"):
         packer("verify", demo / name, "--against", images, "-q")
