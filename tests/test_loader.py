@@ -241,14 +241,19 @@ def test_persistent_workers_follow_set_epoch(packed, context):
     assert [s["__key__"] for batch in fresh for s in batch] == orders[2]
 
 
+def packed_with(tmp_path, images: int, name: str, text: str):
+    """A class folder of `images` JPEGs and one more file, `name`, packed to shards."""
+    folder = tmp_path / "images" / "a"
+    folder.mkdir(parents=True)
+    for i in range(images):
+        (folder / f"{i}.jpg").write_bytes(image_bytes(i, size=(10, 8)))
+    (folder / name).write_text(text)
+    run("pack", folder.parent, "-o", tmp_path / "wds", "-q")
+    return tmp_path / "wds"
+
+
 def test_a_sample_without_the_image_is_replaced_and_named(tmp_path):
-    images = tmp_path / "stray"
-    (images / "a").mkdir(parents=True)
-    for i in range(5):
-        (images / "a" / f"{i}.jpg").write_bytes(image_bytes(i, size=(10, 8)))
-    (images / "a" / "notes").write_text("not an image")
-    run("pack", images, "-o", tmp_path / "wds", "-q")
-    ds = packer.open_dataset(tmp_path / "wds", image_size=8)
+    ds = packer.open_dataset(packed_with(tmp_path, 5, "notes", "not an image"), image_size=8)
     with pytest.warns(UserWarning, match=r"'a/notes' .* no jpg field to decode \(its fields: "
                       r"_, cls\)\); replaced by another sample"):
         batches = list(packer.DataLoader(ds, batch_size=3))
@@ -256,13 +261,7 @@ def test_a_sample_without_the_image_is_replaced_and_named(tmp_path):
 
 
 def test_a_batch_of_samples_with_different_fields_is_explained(tmp_path):
-    images = tmp_path / "sidecars"
-    (images / "a").mkdir(parents=True)
-    for i in range(4):
-        (images / "a" / f"{i}.jpg").write_bytes(image_bytes(i, size=(10, 8)))
-    (images / "a" / "2.json").write_text('{"note": 1}')
-    run("pack", images, "-o", tmp_path / "wds", "-q")
-    ds = packer.open_dataset(tmp_path / "wds", image_size=8)
+    ds = packer.open_dataset(packed_with(tmp_path, 4, "2.json", '{"note": 1}'), image_size=8)
     with pytest.raises(ValueError, match=r"'a/2' has jpg, json, cls, most have cls, jpg; "
                                          r"drop the odd fields in a transform="):
         list(packer.DataLoader(ds, batch_size=4))
