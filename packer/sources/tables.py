@@ -32,16 +32,15 @@ from packer.tables.convert import (
     NA_POLICIES,
     TASKS,
     Categories,
-    bad_cell_hint,
+    bad_cells_message,
     choose_columns,
     first_problems,
     in_float32,
     to_numbers,
     to_seconds,
-    too_large_shown,
 )
 from packer.tables.keys import check_unique_keys, key_texts
-from packer.tables.readers import canon_text, open_table
+from packer.tables.readers import open_table
 from packer.tables.stats import Float32Exactness, RunningStats
 
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
@@ -194,20 +193,9 @@ class TableSource:
                 missing |= bad
             block[:, j] = values
         if failing:
-            raise PackerError(self._bad_cells(failing, offset))
+            raise PackerError(bad_cells_message(self.path, self.table, failing, offset,
+                                                self.cols.dates))
         return block, missing
-
-    def _bad_cells(self, failing: list, offset: int) -> str:
-        """The first bad cells of the first such column, and the other such columns."""
-        name, series, bad = failing[0]
-        too_large = too_large_shown(series, bad, self.table.thousands)
-        message = (first_problems(self.path, self.table, name, series, bad, offset)
-                   + f": {bad_cell_hint(name in self.cols.dates, too_large)}")
-        for name, series, bad in failing[1:]:
-            i = int(np.flatnonzero(bad)[0])
-            message += (f"; also column {name!r}, row {self.table.file_row(offset + i)}: "
-                        f"{canon_text(series.iloc[i])!r}")
-        return message
 
     def _seconds(self, name: str, series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Seconds since the column's first date: exact in float32 within 194 days of

@@ -275,6 +275,20 @@ def first_problems(path, table, column: str, series: pd.Series, bad: np.ndarray,
     return f"{path}: {role} {column!r}, " + "; ".join(shown) + more
 
 
+def bad_cells_message(path, table, failing: list, offset: int, date_columns) -> str:
+    """The first bad cells of the first column in `failing` ((name, series, bad) each),
+    with what to do, and the first bad cell of every other such column."""
+    name, series, bad = failing[0]
+    too_large = too_large_shown(series, bad, table.thousands)
+    message = (first_problems(path, table, name, series, bad, offset)
+               + f": {bad_cell_hint(name in date_columns, too_large)}")
+    for name, series, bad in failing[1:]:
+        i = int(np.flatnonzero(bad)[0])
+        message += (f"; also column {name!r}, row {table.file_row(offset + i)}: "
+                    f"{canon_text(series.iloc[i])!r}")
+    return message
+
+
 def bad_cell_hint(in_date_column: bool, too_large: bool = False) -> str:
     """What a bad feature cell is not, and what to do about it."""
     fills = "pass --na drop to leave such rows out, --na zero or --na mean to fill them"
