@@ -25,6 +25,7 @@ from packer.formats.base import LAYOUT_VERSION, Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
 from packer.report import nothing_packed
+from packer.resume import check_unchanged
 from packer.sources import is_table, open_source
 from packer.sources.files import read_file
 
@@ -180,7 +181,7 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
     progress_path = work / PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
-        _check_unchanged(source, plan, progress, work)
+        check_unchanged(source, plan, progress, work)
         plan["started_ns"] = progress.get("started_ns", plan["started_ns"])
     elif work.exists() and not (options.resume or options.overwrite):
         raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
@@ -197,55 +198,6 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
         writer.resume(progress["parts"])
         tally = Tally(**progress["tally"])
     return writer, tally
-
-
-def _check_unchanged(source, plan: dict, progress: dict, work: Path) -> None:
-    """Refuse to resume when the listing, the options or a packed input changed."""
-    if progress["fingerprint"] != plan["fingerprint"]:
-        changed = _what_changed(plan, progress)
-        again = ("pass the earlier values to resume, or start over with --overwrite"
-                 if changed.startswith("the options") else "start over with --overwrite")
-        raise UsageProblem(f"{work}: {changed}; {again}")
-    # The listing cannot tell an edited file; its modification time can.
-    modified_since = getattr(source, "modified_since", None)
-    began = progress.get("started_ns")  # absent from an older version's progress
-    modified = modified_since and began and modified_since(began,
-                                                           progress["tally"]["next_input"])
-    if modified:
-        raise UsageProblem(f"{modified}: modified since the interrupted run began, after it "
-                           "was packed; the input changed, start over with --overwrite")
-
-
-def _what_changed(plan: dict, progress: dict) -> str:
-    """`the options changed since the interrupted run (--max-count was 3, now 5)`, or
-    the input (`18 samples then, 19 now`), or both; a progress file of an older
-    version records neither, and gets `the input or the options changed ...`."""
-    then_options, then_input = progress.get("options"), progress.get("input")
-    changed, details = [], []
-    if then_input and then_input["fingerprint"] != plan["input"]["fingerprint"]:
-        then, now = then_input["samples"], plan["input"]["samples"]
-        changed.append("the input")
-        details.append(f"{then:,} samples then, {now:,} now" if then != now
-                       else f"still {now:,} samples, not the same")
-    differ = [f"--{name.replace('_', '-')} was {_option_value(then_options[name])}, "
-              f"now {_option_value(value)}" for name, value in plan["options"].items()
-              if then_options and name in then_options and then_options[name] != value]
-    if differ:
-        changed.append("the options")
-        details += differ
-    if not changed:
-        return "the input or the options changed since the interrupted run"
-    return f"{' and '.join(changed)} changed since the interrupted run ({'; '.join(details)})"
-
-
-def _option_value(value) -> str:
-    if value is None or value == []:
-        return "not given"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _save_progress(writer, tally: Tally, plan: dict) -> None:
