@@ -21,7 +21,7 @@ def _check_jpeg(data: bytes) -> str | None:
     # The image's end-of-image marker follows its last start-of-scan; an EOI that
     # only precedes it belongs to an embedded thumbnail, so the file is cut.
     end = data.rfind(b"\xff\xd9")
-    if end < 0 or end < data.rfind(b"\xff\xda"):
+    if end < 0 or data.find(b"\xff\xda", end) >= 0:  # (searching from the end only)
         return "truncated JPEG: no end-of-image marker (FF D9) after the image data"
     return None
 

@@ -148,3 +148,14 @@ def test_a_folder_of_only_bad_inputs_is_an_error_that_says_why(tmp_path):
     result = run("pack", source, "-o", tmp_path / "out", expect=1)
     assert "all 2 inputs were skipped" in result.output and "empty file" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_a_jpeg_cut_after_its_thumbnail_is_truncated():
+    from packer.checks import check_file
+
+    image = image_bytes(3)
+    thumbnail = image  # an embedded thumbnail ends with its own FF D9
+    whole = image[:2] + thumbnail[2:] + image[2:]  # thumbnail data, then the image's
+    assert check_file("jpg", whole, "header") is None
+    cut = whole[:-2]  # the last FF D9 left is the thumbnail's, before the image's scan
+    assert "truncated JPEG" in check_file("jpg", cut, "header")
