@@ -14,6 +14,7 @@ from packer.cli_tables import inspect_table, table_text
 from packer.errors import PackerError, UsageProblem
 from packer.formats import FORMAT_NAMES
 from packer.pack_options import check_pack_options
+from packer.parallel import tune_for_packing
 from packer.report import (
     empty_classes,
     inspect_text,
@@ -224,6 +225,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
     if out.exists() and not out.is_dir():
         raise UsageProblem(f"-o {out} is a file; choose a folder")
     check_pack_options(ctx, source, options)
+    tune_for_packing()  # this process is packer's own (packer.pack leaves it as it is)
     manifest = run_pack(source, out, PackOptions(**options, progress=_show_progress(quiet)))
     if as_json:
         _emit_json(pack_summary(manifest, out))
