@@ -34,6 +34,7 @@ SPOOL_NAME = "spool"
 CHUNK = 512  # samples per unit of worker work
 BLOCK_BYTES = 64 << 20  # an LMDB/HDF5 part (one commit) holds at most this much ...
 BLOCK_COUNT = 10_000  # ... or this many samples
+RECORDS_PART_BYTES = 64 << 20  # records of a dump copied into HDF5 per part
 
 
 @dataclass
@@ -128,15 +129,22 @@ class Tally:
 
     def add_block(self, columns: dict) -> None:
         rows = len(next(iter(columns.values())))
-        for name, values in columns.items():
+        self.add_rows(rows, {name: values.nbytes // rows for name, values in columns.items()},
+                      columns.get("cls"))
+
+    def add_rows(self, rows: int, sample_bytes: dict[str, int], labels) -> None:
+        """Count `rows` samples of block sources: each field's bytes per sample (a
+        class id counts none), and their class ids (an array, or None)."""
+        for name, size in sample_bytes.items():
+            size = 0 if name == "cls" else size * rows
             entry = self.fields.setdefault(name, {"count": 0, "bytes": 0})
             entry["count"] += rows
-            entry["bytes"] += 0 if name == "cls" else values.nbytes
-            self.input_bytes += 0 if name == "cls" else values.nbytes
-        if "cls" in columns:
+            entry["bytes"] += size
+            self.input_bytes += size
+        if labels is not None:
             import numpy as np  # block sources hold numpy columns; plain files never do
 
-            counts = np.bincount(columns["cls"], minlength=len(self.class_counts))
+            counts = np.bincount(labels, minlength=len(self.class_counts))
             self.class_counts = [a + int(b) for a, b in zip(self.class_counts, counts,
                                                              strict=True)]
 
@@ -163,7 +171,8 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
 def _plan(source, options: PackOptions) -> dict:
     fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.recorded()],
                                             default=str).encode()).hexdigest()
-    implicit = hasattr(source, "blocks") and options.to == "hdf5"
+    records = options.to == "hdf5" and hasattr(source, "records_layout")
+    implicit = (records or hasattr(source, "blocks")) and options.to == "hdf5"
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
             # kept in progress.json to say what changed when a --resume is refused
@@ -172,7 +181,10 @@ def _plan(source, options: PackOptions) -> dict:
             "implicit_keys": implicit,
             # samples keyed by their index need no key dataset: the reader makes the keys
             "key_dataset": None if implicit else getattr(source, "key_dataset", "__key__"),
-            "attrs": getattr(source, "hdf5_attrs", {})}
+            "attrs": getattr(source, "hdf5_attrs", {}),
+            # a dump into HDF5: its records copied whole (packer/formats/hdf5.py)
+            "records": source.records_layout() if records else None,
+            "record_dtype": source.record_dtype if records else None}
 
 
 def _start(out: Path, source, plan: dict, options: PackOptions):
@@ -269,6 +281,26 @@ def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions
     bar.close()
 
 
+def _write_records(source, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+    """A dump's records copied into HDF5, one part of about RECORDS_PART_BYTES at a time."""
+    import numpy as np  # only dumps come here
+
+    stride = plan["records"]["stride"] or 1
+    part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
+    sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
+                    for name, spec in plan["fields"].items()}
+    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
+                        desc=f"packing to {options.to}", unit_scale=True)
+    while tally.next_input < source.count:
+        count = min(part_size, source.count - tally.next_input)
+        labels = writer.add_records(source, count)
+        tally.add_rows(count, sample_bytes, labels)
+        tally.next_input += count
+        _save_progress(writer, tally, plan)
+        bar.update(count)
+    bar.close()
+
+
 def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
     start, total = tally.next_input, source.count
     spool = writer.folder / SPOOL_NAME
@@ -309,6 +341,7 @@ def _manifest(source, writer, tally: Tally, plan: dict, options: PackOptions) ->
         "classes": source.classes, "class_counts": tally.class_counts if source.classes else None,
         "parts": writer.parts,
         "key_dataset": plan["key_dataset"],
+        **({"records": plan["records"]} if plan["records"] else {}),
         "options": options.recorded(),
         "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
         "ignored": [],
@@ -342,7 +375,9 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     writer, tally = _start(out, source, plan, options)
     began = time.perf_counter()
     try:
-        if hasattr(source, "blocks") and hasattr(writer, "add_block"):
+        if plan["records"]:
+            _write_records(source, writer, tally, plan, options)
+        elif hasattr(source, "blocks") and hasattr(writer, "add_block"):
             _write_blocks(source, writer, tally, plan, options)
         else:
             _write_all(source, read_job, writer, tally, plan, options)

@@ -63,20 +63,19 @@ def _sample_problems(folder: Path, manifest: dict, module, part: dict, name: str
 
 def _columns_problems(folder: Path, manifest: dict, part: dict,
                       name: str) -> tuple[list[str], int]:
-    """An HDF5 part written from column blocks, against its checksum."""
-    from packer.formats.hdf5 import Reader, columns_crc32
+    """An HDF5 part written as columns or records, against its checksum."""
+    from packer.formats.hdf5 import Reader
 
     reader = Reader(folder, manifest)
     try:
-        columns = reader.columns(part)
+        rows, crc = reader.checksum(part)
     except _READ_ERRORS as err:
         return [f"{name}: unreadable: {err}"], 0
     finally:
         reader.close()
-    rows = min(len(c) for c in columns.values())
     if rows != part["count"]:
         return [f"{name}: {rows} samples, the manifest says {part['count']}"], rows
-    if columns_crc32(columns) != part["columns_crc32"]:
+    if crc != part.get("columns_crc32", part.get("records_crc32")):
         return [f"{name}: data differ from the checksum in the manifest"], rows
     return [], rows
 
@@ -148,7 +147,7 @@ def verify(dataset: Path, against: Path | None = None, progress: bool = True) ->
     for part in manifest["parts"]:
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
         file_problems = _file_problems(Path(dataset), part) if "sha256" in part else []
-        if "columns_crc32" in part:  # written as columns: checked as columns, not row by row
+        if "columns_crc32" in part or "records_crc32" in part:  # checked whole, not by row
             part_problems, seen = _columns_problems(Path(dataset), manifest, part, name)
         else:
             part_problems, seen = _sample_problems(Path(dataset), manifest, module, part, name,

@@ -141,7 +141,7 @@ def test_bad_binary_inputs_are_clear_errors(tmp_path):
     assert "the spec's record fields are timestamp_ns, accel, gyro, status" in wrong
 
 
-def test_verify_finds_a_changed_value_in_hdf5_columns(tmp_path):
+def test_verify_finds_a_changed_value_in_hdf5_records(tmp_path):
     import h5py
 
     write_imu(tmp_path / "imu.bin", 30, "little")
@@ -149,29 +149,44 @@ def test_verify_finds_a_changed_value_in_hdf5_columns(tmp_path):
     run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "-q")
     assert "OK" in run("verify", out, "-q").output
     with h5py.File(out / "data.h5", "r+") as file:
-        file["gyro.npy"][3, 1] += 1.0
+        record = file["records"][3]
+        record["gyro"][1] += 1.0
+        file["records"][3] = record
     assert "differ from the checksum" in run("verify", out, "-q", expect=1).output
 
 
-def test_hdf5_from_blocks_keys_samples_by_index(tmp_path):
+def test_hdf5_holds_the_records_readable_with_h5py_alone(tmp_path):
     import h5py
 
-    write_imu(tmp_path / "imu.bin", 12, "little")
-    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "h", "-q")
+    expected = write_imu(tmp_path / "imu.bin", 12, "little")
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "h",
+        "--label-field", "status", "-q")
     with h5py.File(tmp_path / "h" / "data.h5") as file:
-        assert "__key__" not in file and len(file["accel.npy"]) == 12  # keys: the indexes
-    assert json.loads((tmp_path / "h" / "manifest.json").read_text())["key_dataset"] is None
+        assert sorted(file) == ["cls", "records"]  # no key dataset: keys are the indexes
+        records = file["records"]
+        assert records.dtype.names == ("timestamp_ns", "accel", "gyro", "status")
+        assert records.dtype.itemsize == 36 and records.chunks is None
+        assert records["accel"][5].tolist() == list(expected[5][1:4])
+        assert file["cls"][:].tolist() == [r[7] for r in expected]
+    manifest = json.loads((tmp_path / "h" / "manifest.json").read_text())
+    assert manifest["key_dataset"] is None and manifest["records"]["records"] == 12
+    assert manifest["records"]["members"] == {"timestamp_ns.npy": "timestamp_ns",
+                                              "accel.npy": "accel", "gyro.npy": "gyro"}
     assert [s["__key__"] for s in iter_samples(tmp_path / "h")][:2] == ["0000000000",
                                                                       "0000000001"]
 
 
+def small_parts(monkeypatch, records: int) -> None:
+    from packer import packing
+
+    monkeypatch.setattr(packing, "RECORDS_PART_BYTES", records * 36)
+
+
 @pytest.mark.parametrize("order", ["little", "big"])
-def test_hdf5_blocks_reuse_their_arrays_without_mixing_blocks(order, tmp_path, monkeypatch):
+def test_hdf5_records_written_in_parts_equal_struct_unpack(order, tmp_path, monkeypatch):
     import h5py
 
-    from packer.sources import binary
-
-    monkeypatch.setattr(binary, "BLOCK_BYTES", 7 * 36)  # 50 records: 8 blocks, the last of 1
+    small_parts(monkeypatch, 7)  # 50 records: 8 parts, the last of 1
     expected = write_imu(tmp_path / "imu.bin", 50, order)
     spec = "imu" if order == "little" else big_endian_spec(tmp_path)
     out = tmp_path / "h"
@@ -179,8 +194,83 @@ def test_hdf5_blocks_reuse_their_arrays_without_mixing_blocks(order, tmp_path, m
     manifest = json.loads((out / "manifest.json").read_text())
     assert [p["count"] for p in manifest["parts"]] == [7] * 7 + [1]
     with h5py.File(out / "data.h5") as file:
-        assert file["timestamp_ns.npy"][:].tolist() == [r[0] for r in expected]
-        assert file["accel.npy"][:].tolist() == [list(r[1:4]) for r in expected]
-        assert file["status.npy"].dtype.isnative and file["status.npy"][:].tolist() == [
-            r[7] for r in expected]
+        records = file["records"][:]
+    assert records.dtype.isnative and records["status"].dtype.isnative
+    assert records["timestamp_ns"].tolist() == [r[0] for r in expected]
+    assert records["accel"].tolist() == [list(r[1:4]) for r in expected]
+    assert records["status"].tolist() == [r[7] for r in expected]
     assert "OK" in run("verify", out, "-q").output
+
+
+def test_overlapping_windows_store_each_record_once(tmp_path, monkeypatch):
+    import h5py
+
+    small_parts(monkeypatch, 3)  # windows of 8 every 4 records: parts of one window each
+    expected = write_imu(tmp_path / "imu.bin", 42, "little")
+    out = tmp_path / "w"
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "--window",
+        "8", "--stride", "4", "-q")
+    with h5py.File(out / "data.h5") as file:
+        assert len(file["records"]) == 42  # all of them, the 2 after the last window too
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["count"] == 9 and manifest["parts"][-1]["records"] == [32, 42]
+    samples = decoded(out)
+    assert samples[8]["accel.npy"].tolist() == [list(r[1:4]) for r in expected[32:40]]
+    assert "OK" in run("verify", out, "-q").output
+
+
+def test_records_are_copied_without_copy_file_range_too(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def unsupported(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    write_imu(tmp_path / "imu.bin", 20, "little")
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "a",
+        "-q")
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "b",
+        "-q")
+    assert decoded_values(tmp_path / "a") == decoded_values(tmp_path / "b")
+    assert "OK" in run("verify", tmp_path / "b", "-q").output
+
+
+def decoded_values(path) -> list:
+    return [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in s.items()}
+            for s in decoded(path)]
+
+
+def test_interrupted_records_pack_resumes_to_the_same_dataset(tmp_path, monkeypatch):
+    from packer.formats.hdf5 import Hdf5Writer
+
+    small_parts(monkeypatch, 5)
+    write_imu(tmp_path / "imu.bin", 33, "little")
+    pack = ("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "--label-field",
+            "status", "-q")
+    run(*pack, "-o", tmp_path / "whole")
+    add_records, calls = Hdf5Writer.add_records, []
+
+    def fail_at_the_fourth(self, source, count):
+        calls.append(count)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return add_records(self, source, count)
+
+    monkeypatch.setattr(Hdf5Writer, "add_records", fail_at_the_fourth)
+    assert "--resume" in run(*pack, "-o", tmp_path / "cut", expect=130).output
+    assert not (tmp_path / "cut").exists() and (tmp_path / "cut.partial").exists()
+    resumed_calls = []
+
+    def count_calls(self, source, count):
+        resumed_calls.append(count)
+        return add_records(self, source, count)
+
+    monkeypatch.setattr(Hdf5Writer, "add_records", count_calls)
+    run(*pack, "-o", tmp_path / "cut", "--resume")
+    assert resumed_calls == [5, 5, 5, 3]  # 7 parts of 33 records, 3 kept from the first run
+    whole, resumed = (json.loads((tmp_path / name / "manifest.json").read_text())
+                      for name in ("whole", "cut"))
+    assert resumed["parts"] == whole["parts"] and resumed["class_counts"] == whole["class_counts"]
+    assert resumed["fields"] == whole["fields"]
+    assert decoded_values(tmp_path / "cut") == decoded_values(tmp_path / "whole")

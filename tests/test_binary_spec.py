@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from packer.binary.dump import DumpError, examine_dump, open_dump
-from packer.binary.records import RecordColumns, Windows, record_arrays, window_arrays
+from packer.binary.records import Windows, record_arrays, window_arrays
 from packer.binary.spec import SpecError, load_spec, parse_spec, shipped_spec_names
 from packer.errors import UsageProblem
 
@@ -280,21 +280,6 @@ def test_record_arrays_are_plain_native_arrays_per_field(tmp_path):
                                                              imu_record_bytes(2, "big"))[1:4])
     as_float = record_arrays(dump.records(), dump.spec, as_float32=True)
     assert all(a.dtype == np.float32 for a in as_float.values())
-
-
-@pytest.mark.parametrize("order", ["little", "big"])
-def test_record_columns_equal_record_arrays_when_reused(order, tmp_path):
-    dump = open_dump(write_imu(tmp_path / "imu.bin", 9, order), imu_spec(order))
-    columns = RecordColumns(dump.spec, 5)
-    for start, count in ((0, 5), (5, 4)):
-        raw = dump.records(start, count, native=False)
-        columns.fill(raw[2:], at=2)
-        columns.fill(raw[:2])
-        filled, expected = columns.rows(count), record_arrays(raw, dump.spec)
-        assert list(filled) == list(expected)
-        for name, values in expected.items():
-            assert filled[name].dtype == values.dtype and filled[name].shape == values.shape
-            assert np.array_equal(filled[name], values)
 
 
 def test_windows_count_bounds_and_uncovered_records():

@@ -5,14 +5,21 @@
 packing: it raises `DumpError` with the first failed check.
 
 Records are read with `np.fromfile(offset=..., count=...)`, a range at a time, so
-memory is bounded by the range asked for, never by the dump.
+memory is bounded by the range asked for, never by the dump. `Dump.write_records`
+copies a range of records into another file without reading them into Python.
 """
 
+import errno
+import mmap
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from isal.isal_zlib import crc32
 
 from packer.binary.fields import Field
 from packer.binary.spec import Spec
@@ -76,6 +83,26 @@ class Dump:
             records[name].byteswap(inplace=True)
         return records.view(dtype.newbyteorder("="))
 
+    def write_records(self, start: int, stop: int, fd: int, offset: int) -> int:
+        """Write records start..stop-1, in native byte order, into the open file `fd`
+        at `offset`; returns the CRC-32 of the bytes written (ISA-L's, as zlib.crc32).
+
+        A dump in native order is copied by the kernel (`copy_file_range`, as `cp`
+        does: the bytes never pass through Python) while a second thread checksums the
+        same range through a memory map. A dump in the other order is read, swapped
+        and written."""
+        if not self.spec.record_dtype.isnative:
+            raw = self.records(start, stop - start).view(np.uint8)
+            _write_at(fd, memoryview(raw), offset)
+            return crc32(raw)
+        size = self.spec.record.size
+        begin, length = self.data_offset + start * size, (stop - start) * size
+        with open(self.path, "rb") as source, ThreadPoolExecutor(1) as helper:
+            checksum = helper.submit(_crc32_of_range, source.fileno(), begin, length,
+                                     self.path)
+            _copy_range(source.fileno(), fd, begin, offset, length, self.path)
+            return checksum.result()
+
     def chunks(self, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         """Every record, in native-order arrays of about chunk_bytes each."""
         per_chunk = max(1, chunk_bytes // self.spec.record.size)
@@ -91,6 +118,50 @@ class Dump:
             for field in numeric:
                 totals[field.name].add(chunk[field.name])
         return {name: t.result() for name, t in totals.items()}
+
+
+def _copy_range(source: int, target: int, begin: int, offset: int, length: int,
+                path: Path) -> None:
+    """`length` bytes from `begin` in `source` to `offset` in `target`: copied in the
+    kernel, or through a memory map where the file systems cannot do that."""
+    try:
+        while length:
+            copied = os.copy_file_range(source, target, length, begin, offset)
+            if not copied:
+                raise _shrank(path)
+            begin, offset, length = begin + copied, offset + copied, length - copied
+    except OSError as err:
+        if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        with _mapped(source, begin, length, path) as data:
+            _write_at(target, data, offset)
+
+
+def _write_at(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+def _crc32_of_range(fd: int, begin: int, length: int, path: Path) -> int:
+    with _mapped(fd, begin, length, path) as data:
+        return crc32(data)
+
+
+@contextmanager
+def _mapped(fd: int, begin: int, length: int, path: Path) -> Iterator[memoryview]:
+    """`length` bytes at `begin` of a file, through a memory map closed on exit."""
+    base = begin - begin % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapped = mmap.mmap(fd, begin + length - base, offset=base, access=mmap.ACCESS_READ)
+    except ValueError:
+        raise _shrank(path) from None
+    with mapped, memoryview(mapped) as whole, whole[begin - base:][:length] as view:
+        yield view
+
+
+def _shrank(path: Path) -> PackerError:
+    return DumpError(f"{path}: the file shrank while it was read")
 
 
 class _Totals:

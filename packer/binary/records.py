@@ -19,10 +19,6 @@ Each field can then be stored as an `npy` field of the sample (e.g. `accel.npy`)
 Values stay in the field's own type (native byte order) unless `as_float32=True`
 (bytes fields stay uint8).
 
-To split many ranges of records without allocating per range, `columns =
-RecordColumns(spec, rows)` holds one array per field: `columns.fill(records, at)`
-copies records into rows `at..`, and `columns.rows(n)` gives the first n rows as
-`record_arrays` would (views, valid until the next fill).
 """
 
 from dataclasses import dataclass
@@ -45,43 +41,6 @@ def record_arrays(records: np.ndarray, spec: Spec, as_float32: bool = False) -> 
         target = np.float32 if as_float32 and field.kind != "bytes" else values.dtype
         arrays[field.name] = np.ascontiguousarray(values, dtype=np.dtype(target).newbyteorder("="))
     return arrays
-
-
-class RecordColumns:
-    """Reusable per-field arrays for up to `rows` records. In a dump of native byte
-    order each field is copied as opaque bytes (no casting: about twice as fast as a
-    typed copy of a shaped field); otherwise it is byte-swapped on the way."""
-
-    def __init__(self, spec: Spec, rows: int):
-        self.dtype = spec.record_dtype
-        self.arrays = {name: np.empty((rows, *self.dtype[name].shape),
-                                      self.dtype[name].base.newbyteorder("="))
-                       for name in self.dtype.names}
-        if self.dtype.isnative:
-            self.dtype = _opaque(self.dtype)
-            self.targets = {name: np.ndarray(rows, self.dtype[name], array)
-                            for name, array in self.arrays.items()}
-        else:
-            self.targets = self.arrays
-
-    def fill(self, records: np.ndarray, at: int = 0) -> None:
-        """Copies records (in the spec's byte order) into rows at..at+len(records)-1."""
-        stop = at + len(records)
-        records = records.view(self.dtype)
-        for name, target in self.targets.items():
-            np.copyto(target[at:stop], records[name])
-
-    def rows(self, count: int) -> dict:
-        """The first `count` rows as {field name: (count, *field shape)}."""
-        return {name: array[:count] for name, array in self.arrays.items()}
-
-
-def _opaque(dtype: np.dtype) -> np.dtype:
-    """The structured dtype with each field as raw bytes of the same size and offset."""
-    names = dtype.names
-    return np.dtype({"names": names, "formats": [f"V{dtype[n].itemsize}" for n in names],
-                     "offsets": [dtype.fields[n][1] for n in names],
-                     "itemsize": dtype.itemsize})
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,21 @@
 
 Datasets are chunked and resizable, and grow block by block as samples arrive,
 so memory does not grow with the dataset.
+
+A binary dump is stored as its records instead (the manifest's `records` says so):
+
+        records   (R,) compound: every record of the dump, its fields at their offsets
+                  in native byte order; sample i is record i, or with windows
+                  records i*stride .. i*stride+window-1
+        cls       (N,) int64 class ids, where the samples have classes
+
+Both are contiguous and allocated when created, so each part's records are copied
+to their place in the file by the kernel (`add_records`), not through HDF5.
 """
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,15 +105,18 @@ class Hdf5Writer(Writer):
         self.implicit_keys = bool(plan.get("implicit_keys"))
         self.columns = [*self.fields] if self.implicit_keys else [KEY, *self.fields]
         self.names = dataset_names(plan)
+        self.records = plan.get("records")
         self._buffer: list[dict] = []
         self._datasets: dict[str, h5py.Dataset] = {}
-        if self.names[self.columns[0]] not in self.file:
+        if self.records:
+            self._fd = self._open_records()
+        elif self.names[self.columns[0]] not in self.file:
             self._create()
 
     def _dataset(self, name: str) -> h5py.Dataset:
         """The field's dataset, opened once for all the writes."""
         if name not in self._datasets:
-            self._datasets[name] = self.file[self.names[name]]
+            self._datasets[name] = self.file[self.names.get(name, name)]
         return self._datasets[name]
 
     def _create(self) -> None:
@@ -118,6 +132,51 @@ class Hdf5Writer(Writer):
         self.file.attrs["classes"] = self.plan.get("classes") or []
         for name, value in (self.plan.get("attrs") or {}).items():  # e.g. feature names
             self.file.attrs[name] = value
+
+    def _open_records(self) -> int:
+        """The records layout, created if new, and a descriptor to write its rows by."""
+        layout = self.records
+        if layout["dataset"] not in self.file:
+            self._contiguous(layout["dataset"], self.plan["record_dtype"], layout["records"])
+            if "cls" in self.fields:
+                self._contiguous("cls", np.dtype("int64"), layout["samples"])
+            self.file.attrs["classes"] = self.plan.get("classes") or []
+            self.file.flush()
+        return os.open(self.file.filename, os.O_WRONLY)
+
+    def _contiguous(self, name: str, dtype: np.dtype, rows: int) -> None:
+        """A fixed-size dataset whose space is allocated now and never filled by HDF5,
+        so its rows can be written straight into the file at its offset."""
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        self.file.create_dataset(name, shape=(rows,), dtype=dtype, dcpl=plist,
+                                 fill_time="never", track_times=False)
+
+    def add_records(self, source, count: int) -> np.ndarray | None:
+        """The next `count` samples of a dump as one part: their records written into
+        the records dataset by the source (`write_records`, which gives their CRC-32),
+        their class ids into `cls`; returns the class ids. Each part writes the
+        records from its first sample's to the next part's first, the last part up
+        to the dump's end."""
+        layout, first = self.records, self.count
+        stride = layout["stride"] or 1
+        start = first * stride
+        stop = (first + count) * stride if first + count < layout["samples"] else layout["records"]
+        records = self._dataset(layout["dataset"])
+        crc = source.write_records(start, stop, self._fd,
+                                   records.id.get_offset() + start * records.dtype.itemsize)
+        labels = None
+        if "cls" in self.fields:
+            labels = source.sample_labels(first, count).astype(np.int64)
+            cls_at = self._dataset("cls").id.get_offset() + first * labels.itemsize
+            if os.pwrite(self._fd, labels, cls_at) != labels.nbytes:
+                raise OSError(f"{self.file.filename}: short write")
+            crc = crc32(labels, crc)
+        self.parts.append({"index": len(self.parts), "first": first, "count": count,
+                           "bytes": (stop - start) * records.dtype.itemsize,
+                           "records": [start, stop], "records_crc32": crc})
+        self.count += count
+        return labels
 
     def _store(self, encoded) -> None:
         self._buffer.append(msgpack.unpackb(encoded))
@@ -173,7 +232,9 @@ class Hdf5Writer(Writer):
         point into HDF5's heap, and shrinking a dataset keeps the rows cut off in the
         last chunk: after a crash they can point past the file's end, and HDF5 fails
         when the next write frees them. So the last chunk is dropped whole and its kept
-        rows written again."""
+        rows written again. Records (fixed-size) need nothing: their rows are rewritten."""
+        if self.records:
+            return
         for name in self.columns:
             dataset = self._dataset(name)
             if dataset.dtype.kind != "O":  # numbers and fixed-size arrays
@@ -187,6 +248,8 @@ class Hdf5Writer(Writer):
                 dataset.write_direct(kept, dest_sel=np.s_[chunk_start:count])
 
     def finish(self, manifest: dict) -> None:
+        if self.records:
+            os.close(self._fd)
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
         self.file.close()
 
@@ -199,6 +262,7 @@ class Reader(ProcessReader):
         self.path, self.fields = folder / FILE_NAME, manifest["fields"]
         self.names = dataset_names(manifest)
         self.firsts = [p["first"] for p in manifest["parts"]]
+        self.records = manifest.get("records")
 
     def _open_handle(self, inherited) -> h5py.File:
         try:
@@ -208,6 +272,8 @@ class Reader(ProcessReader):
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         file, first = self.handle(), self.firsts[part] + start
+        if self.records:
+            return self._read_records(file, first, count)
         if self.names[KEY] is None:  # samples keyed by their index
             keys = [b"%010d" % i for i in range(first, first + count)]
         else:
@@ -230,6 +296,41 @@ class Reader(ProcessReader):
                     sample[name] = np.asarray(value)
             samples.append(sample)
         return samples
+
+    def _read_records(self, file: h5py.File, first: int, count: int) -> list[dict]:
+        """Samples of a dump stored as records: the records they cover, read at once
+        and split into one array per field."""
+        layout = self.records
+        window, stride = layout["window"] or 0, layout["stride"] or 1
+        start = first * stride
+        rows = file[layout["dataset"]][start:start + (count - 1) * stride + max(window, 1)]
+        columns = {name: np.ascontiguousarray(rows[member])
+                   for name, member in layout["members"].items()}
+        labels = file["cls"][first:first + count].tolist() if "cls" in self.fields else None
+        samples = []
+        for i in range(count):
+            at = i * stride
+            sample = {KEY: f"{first + i:010d}"}
+            for name, column in columns.items():
+                sample[name] = column[at:at + window] if window else np.asarray(column[at])
+            if labels is not None:
+                sample["cls"] = labels[i]
+            samples.append(sample)
+        return samples
+
+    def checksum(self, part: dict) -> tuple[int, int]:
+        """The samples a part holds and the CRC-32 of its data, as the writer computed
+        it: over its records and class ids, or over its columns."""
+        if not self.records:
+            columns = self.columns(part)
+            return min(len(c) for c in columns.values()), columns_crc32(columns)
+        file = self.handle()
+        start, stop = part["records"]
+        crc = crc32(file[self.records["dataset"]][start:stop].view(np.uint8))
+        if "cls" not in self.fields:
+            return part["count"], crc
+        labels = file["cls"][part["first"]:part["first"] + part["count"]]
+        return len(labels), crc32(labels, crc)
 
     def columns(self, part: dict) -> dict[str, np.ndarray]:
         """A part's samples as the columns they were written from."""

@@ -13,28 +13,23 @@ Two shapes of input:
   from the folder layout or `--labels`, as for the files source, and a file that
   does not fit the spec is skipped with the reason.
 
-Samples of a dump are read a range at a time (`np.fromfile`, or a memory map of
-the range for HDF5 `blocks`); no Python loop runs per record when the output is HDF5.
+Samples of a dump are read a range at a time (`np.fromfile`). Into HDF5 the dump's
+records are copied whole (`records_layout`, `write_records`), each once even where
+windows overlap; no Python loop runs per record.
 """
 
 import hashlib
 import json
-import mmap
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
-from packer.binary.records import RecordColumns
 from packer.errors import PackerError, UsageProblem
 from packer.formats.base import KEY, field_bytes
-from packer.formats.hdf5 import columns_crc32
 from packer.sources import files
-
-BLOCK_BYTES = 32 << 20  # bytes of records read at a time for HDF5
 
 
 def _key(index: int) -> str:
@@ -101,77 +96,41 @@ class BinaryDump:
             arrays = window_arrays(self.dump, self.windows, first, count)
         else:
             arrays = record_arrays(self.dump.records(first, count), self.spec)
-        return self._fields(arrays, first, count)
-
-    def _fields(self, arrays: dict, first: int, count: int) -> dict[str, np.ndarray]:
         columns = {f"{name}.npy": values for name, values in arrays.items()
                    if name != self.label_field}
         if self.values is not None:
-            columns["cls"] = np.searchsorted(self.values, self._labels(arrays, first, count))
+            columns["cls"] = self.sample_labels(first, count)
         return columns
 
-    def _labels(self, arrays: dict, first: int, count: int) -> np.ndarray:
-        """The label of each sample: its record's, or a window's last record's."""
+    def sample_labels(self, first: int, count: int) -> np.ndarray:
+        """The class ids of samples first..first+count-1: of their record, or of a
+        window's last record."""
+        size, stride = (self.windows.size, self.windows.stride) if self.windows else (1, 1)
+        last = first * stride + size - 1
+        stop = last + (count - 1) * stride + 1
         if self.label_field is not None:
-            labels = arrays[self.label_field]
-            return labels[:, -1] if self.windows else labels
-        if self.windows:
-            last = np.arange(first, first + count) * self.windows.stride + self.windows.size - 1
-            return self.record_labels[last]
-        return self.record_labels[first:first + count]
+            labels = self.dump.records(last, stop - last)[self.label_field][::stride]
+        else:
+            labels = self.record_labels[last:stop:stride]
+        return np.searchsorted(self.values, labels)
 
-    def _map_into(self, into: RecordColumns, first: int, count: int, at: int) -> None:
-        """Records first..first+count-1 split into rows at.. of `into`, read through a
-        memory map of their range: no copy into a read buffer, and the map is gone on
-        return."""
-        if not count:
-            return
-        size = self.spec.record.size
-        start = self.dump.data_offset + first * size
-        base = start - start % mmap.ALLOCATIONGRANULARITY
-        with open(self.path, "rb") as file:
-            try:
-                mapped = mmap.mmap(file.fileno(), start + count * size - base, offset=base,
-                                   access=mmap.ACCESS_READ)
-            except ValueError:
-                raise PackerError(f"{self.path}: the file shrank while it was read") from None
-        with mapped:
-            into.fill(np.frombuffer(mapped, self.spec.record_dtype, count, start - base), at)
+    def records_layout(self) -> dict:
+        """How HDF5 stores the dump: every record once, in one compound dataset (the
+        record's fields at their offsets, in native byte order); sample i is record i,
+        or records i*stride .. i*stride+window-1. Members name the fields' records."""
+        return {"dataset": "records", "records": self.dump.count, "samples": self.count,
+                "window": self.windows.size if self.windows else None,
+                "stride": self.windows.stride if self.windows else None,
+                "members": {f"{f.name}.npy": f.name for f in self.spec.record.fields
+                            if f.kind != "pad" and f.name != self.label_field}}
 
-    def _block(self, first: int, count: int, into: RecordColumns | None,
-               helper: ThreadPoolExecutor) -> tuple[dict, int]:
-        if into is None:
-            columns = self.columns(first, count)
-        else:  # the second half of the records is split in the helper thread meanwhile
-            half = count // 2
-            other = helper.submit(self._map_into, into, first + half, count - half, half)
-            self._map_into(into, first, half, 0)
-            other.result()
-            columns = self._fields(into.rows(count), first, count)
-        return columns, columns_crc32(columns)
+    @property
+    def record_dtype(self) -> np.dtype:
+        return self.spec.record_dtype.newbyteorder("=")
 
-    def blocks(self, start: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
-        """Every sample from `start` on, as column blocks of about BLOCK_BYTES read,
-        each with its checksum. The next block is read, split into columns (by two
-        threads) and checksummed while the caller writes this one (numpy, the checksum
-        and HDF5 writes release the GIL). Records are split into two sets of arrays
-        used in turn, so a block's columns are valid until the next block is asked for."""
-        per_sample = self.spec.record.size * (self.windows.size if self.windows else 1)
-        size = max(1, BLOCK_BYTES // per_sample)
-        firsts = range(start, self.count, size)
-        rows = min(size, max(0, self.count - start))
-        into = [None] * 2 if self.windows else [RecordColumns(self.spec, rows) for _ in range(2)]
-        with ThreadPoolExecutor(1) as pool, ThreadPoolExecutor(1) as helper:
-            def submit(n: int):
-                first = firsts[n]
-                return pool.submit(self._block, first, min(size, self.count - first),
-                                   into[n % 2], helper)
-
-            pending = submit(0) if firsts else None
-            for n in range(len(firsts)):
-                block = pending.result()
-                pending = submit(n + 1) if n + 1 < len(firsts) else None
-                yield block
+    def write_records(self, start: int, stop: int, fd: int, offset: int) -> int:
+        """Records start..stop-1 into `fd` at `offset`; their CRC-32 (Dump.write_records)."""
+        return self.dump.write_records(start, stop, fd, offset)
 
     def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
         for first in range(start, self.count, size):
