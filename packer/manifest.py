@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from packer.errors import DatasetError
+from packer.formats.base import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
@@ -45,9 +46,14 @@ def load_manifest(dataset: Path) -> dict:
         raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
                            "make one with `packer pack`")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+    if manifest.get("layout_version", 1) > LAYOUT_VERSION:
+        raise DatasetError(f"{dataset}: written by {manifest.get('tool', 'a newer packer')} "
+                           f"in layout {manifest['layout_version']}, which this packer "
+                           f"(layout {LAYOUT_VERSION}) cannot read; upgrade packer")
+    return manifest
 
 
 def class_counts(manifest: dict) -> dict[str, int]:

@@ -131,6 +131,9 @@ def pack_text(manifest: dict, out: Path) -> str:
     lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
+    if manifest.get("records") and manifest["records"]["window"]:
+        lines.append(f"{records_text(manifest)}: overlapping windows are stored once, in "
+                     f"{_mb(s['output_bytes'])}")
     where = str(out / MANIFEST_NAME)
     if manifest["skipped"]:
         lines.append(f"skipped {s['skipped']:,} inputs:")
@@ -161,14 +164,28 @@ def _labels_lines(manifest: dict) -> list[str]:
     return lines
 
 
+def records_text(manifest: dict) -> str | None:
+    """How data.h5 holds a binary dump: `stored as records: 138,888 records of 36 bytes
+    in data.h5 "records"; sample i is records i*128 .. i*128+255`."""
+    layout = manifest.get("records")
+    if not layout:
+        return None
+    window, stride = layout["window"], layout["stride"]
+    sample = (f"records i*{stride} .. i*{stride}+{window - 1}" if window else "record i")
+    return (f"stored as records: {layout['records']:,} records in data.h5 "
+            f"\"{layout['dataset']}\"; sample i is {sample}")
+
+
 def inspect_text(manifest: dict, path: Path) -> str:
     total = sum(p["bytes"] for p in manifest["parts"])
     lines = [f"{path}: {manifest['format']}, {manifest['count']:,} samples, {_mb(total)} "
              f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
-             f"{manifest['created']}", *_labels_lines(manifest), "fields:"]
+             f"{manifest['created']}", *_labels_lines(manifest)]
+    lines += [records_text(manifest)] if manifest.get("records") else []
+    lines.append("fields:")
     for name, info in manifest["fields"].items():
-        size = "" if info["dtype"] == "int64" else f", {_mb(info['bytes'])}"
+        size = "" if name == "cls" else f", {_mb(info['bytes'])}"
         lines.append(f"  {name:<10} {info['dtype']:<6} {info['count']:,} samples{size}")
     counts = class_counts(manifest)
     if counts:

@@ -3,6 +3,7 @@
 import json
 import struct
 import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -274,3 +275,69 @@ def test_interrupted_records_pack_resumes_to_the_same_dataset(tmp_path, monkeypa
     assert resumed["parts"] == whole["parts"] and resumed["class_counts"] == whole["class_counts"]
     assert resumed["fields"] == whole["fields"]
     assert decoded_values(tmp_path / "cut") == decoded_values(tmp_path / "whole")
+
+
+def test_overlapping_windows_read_back_as_separate_arrays(tmp_path):
+    write_imu(tmp_path / "imu.bin", 20, "little")
+    out = tmp_path / "w"
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "--window",
+        "8", "--stride", "4", "-q")
+    first, second = list(iter_samples(out))[:2]
+    before = second["accel.npy"].copy()
+    first["accel.npy"][4:] = 0  # the records these two windows share
+    assert np.array_equal(second["accel.npy"], before)
+
+
+def test_a_spec_edited_before_resume_is_refused(tmp_path, monkeypatch):
+    from packer.formats.hdf5 import Hdf5Writer
+
+    small_parts(monkeypatch, 5)
+    write_imu(tmp_path / "imu.bin", 20, "little")
+    spec = tmp_path / "imu.toml"
+    spec.write_text(Path(big_endian_spec(tmp_path)).read_text().replace(
+        'byte_order = "big"', 'byte_order = "little"'))
+    pack = ("pack", tmp_path / "imu.bin", "--spec", spec, "--to", "hdf5", "-o", tmp_path / "o",
+            "-q")
+    add_records = Hdf5Writer.add_records
+
+    def interrupted(self, source, count):
+        if self.count:
+            raise KeyboardInterrupt
+        return add_records(self, source, count)
+
+    monkeypatch.setattr(Hdf5Writer, "add_records", interrupted)
+    run(*pack, expect=130)
+    monkeypatch.setattr(Hdf5Writer, "add_records", add_records)
+    spec.write_text(spec.read_text().replace('type = "f4"', 'type = "i4"'))
+    refused = run(*pack, "--resume", expect=2).output
+    assert "the input changed since the interrupted run" in refused
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_label_field_must_be_one_number_and_a_dump_must_hold_records(tmp_path):
+    write_imu(tmp_path / "imu.bin", 5, "little")
+    shaped = run("pack", tmp_path / "imu.bin", "--spec", "imu", "--label-field", "accel", "-o",
+                 tmp_path / "o", expect=2).output
+    assert "record.fields.accel is f4[3]" in shaped and "timestamp_ns, status" in shaped
+    write_imu(tmp_path / "empty.bin", 0, "little")
+    empty = run("pack", tmp_path / "empty.bin", "--spec", "imu", "--label-field", "status",
+                "-o", tmp_path / "o", expect=1).output
+    assert "holds no records (64 bytes = 64 header + 0 records of 36" in empty
+
+
+def test_an_int64_record_field_reads_back_as_an_array_from_shards(tmp_path):
+    spec = tmp_path / "ticks.toml"
+    spec.write_text('byte_order = "little"\ncount = {from = "file_size"}\n[record]\nsize = 8\n'
+                    '[record.fields]\nticks = {type = "i8", offset = 0}\n')
+    (tmp_path / "ticks.bin").write_bytes(struct.pack("<3q", -5, 0, 7))
+    run("pack", tmp_path / "ticks.bin", "--spec", spec, "-o", tmp_path / "wds", "-q")
+    assert [int(s["ticks.npy"]) for s in decoded(tmp_path / "wds")] == [-5, 0, 7]
+
+
+def test_a_manifest_of_a_newer_layout_is_refused(tmp_path):
+    write_imu(tmp_path / "imu.bin", 3, "little")
+    out = tmp_path / "h"
+    run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "-q")
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "layout_version": 99}))
+    assert "cannot read; upgrade packer" in run("inspect", out, expect=1).output

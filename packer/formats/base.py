@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 KEY = "__key__"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
 
 
 class Chunk(NamedTuple):

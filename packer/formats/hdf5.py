@@ -142,6 +142,11 @@ class Hdf5Writer(Writer):
                 self._contiguous("cls", np.dtype("int64"), layout["samples"])
             self.file.attrs["classes"] = self.plan.get("classes") or []
             self.file.flush()
+        records = self._dataset(layout["dataset"])
+        if records.dtype != self.plan["record_dtype"] or len(records) != layout["records"]:
+            raise DatasetError(f"{self.file.filename}: its records ({len(records):,} of "
+                               f"{records.dtype}) are not those of this dump and spec; start "
+                               "over with --overwrite")
         return os.open(self.file.filename, os.O_WRONLY)
 
     def _contiguous(self, name: str, dtype: np.dtype, rows: int) -> None:
@@ -312,7 +317,9 @@ class Reader(ProcessReader):
             at = i * stride
             sample = {KEY: f"{first + i:010d}"}
             for name, column in columns.items():
-                sample[name] = column[at:at + window] if window else np.asarray(column[at])
+                # a copy per window: overlapping windows must not share memory
+                sample[name] = (column[at:at + window].copy() if window
+                                else np.asarray(column[at]))
             if labels is not None:
                 sample["cls"] = labels[i]
             samples.append(sample)

@@ -151,7 +151,9 @@ def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
 
 
 def int_fields(manifest: dict) -> set[str]:
-    return {n for n, f in manifest["fields"].items() if f["dtype"] == "int64"}
+    """Fields stored as decimal text (`cls`); an int64 `.npy` field is an array."""
+    return {n for n, f in manifest["fields"].items()
+            if f["dtype"] == "int64" and not n.endswith(".npy")}
 
 
 def reader(folder: Path, manifest: dict):

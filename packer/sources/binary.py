@@ -46,16 +46,17 @@ class BinaryDump:
         self.tail, self.label_field = options.tail, options.label_field
         self.spec = load_spec(options.spec)
         self.dump = open_dump(self.path, self.spec, self.tail)
+        if not self.dump.count:
+            layout = next(c.message for c in self.dump.checks if c.name == "records")
+            raise PackerError(f"{self.path}: nothing to pack, the dump holds no records "
+                              f"({layout})")
         self.windows = (Windows(self.dump.count, options.window, options.stride or options.window)
                         if options.window else None)
         self.count = self.windows.count if self.windows else self.dump.count
         if options.window and not self.count:
             raise UsageProblem(f"{self.path}: {self.dump.count:,} records make no window of "
                                f"{options.window:,}")
-        names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
-        if self.label_field is not None and self.label_field not in names:
-            raise UsageProblem(f"--label-field {self.label_field}: the spec's record fields "
-                               f"are {', '.join(names)}")
+        self._check_label_field()
         self.labels_path = str(options.labels) if options.labels else None
         self.record_labels = (_labels_file(options.labels, options.label_spec, self.dump.count)
                               if options.labels else None)
@@ -67,8 +68,23 @@ class BinaryDump:
         self.scan_skipped: list[dict] = []
         stat = self.path.stat()
         self.fingerprint = hashlib.sha256(json.dumps(
-            [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns, str(self.spec.source)]
+            [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns, repr(self.spec)]
         ).encode()).hexdigest()
+
+    def _check_label_field(self) -> None:
+        if self.label_field is None:
+            return
+        fields = {f.name: f for f in self.spec.record.fields if f.kind != "pad"}
+        if self.label_field not in fields:
+            raise UsageProblem(f"--label-field {self.label_field}: the spec's record fields "
+                               f"are {', '.join(fields)}")
+        field = fields[self.label_field]
+        if field.shape:  # an array, or bytesN
+            numbers = [name for name, f in fields.items() if not f.shape]
+            shape = list(field.spec_shape) if field.spec_shape else ""
+            raise UsageProblem(f"--label-field {self.label_field}: a label is one number per "
+                               f"record, but {field.key} is {field.type}{shape}; the one-number "
+                               f"fields are {', '.join(numbers) or 'none'}")
 
     @property
     def field_specs(self) -> dict[str, dict]:
