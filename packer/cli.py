@@ -125,7 +125,10 @@ def cli():
               show_default=True,
               help="skip: list bad inputs in the manifest and go on; fail: stop at the first.")
 @click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes that read and check files; the output is the same for any N.")
+              help="Processes that read and check files; the output is the same for any N. "
+                   "They pay off with --check decode (about 1.6-1.7x for 2 on 2 cores); with "
+                   "the cheap default check reading files is the work, and on a small "
+                   "machine one process is as fast.")
 @click.option("--shard-size", type=_Size(), default="256MB", show_default=True,
               callback=_shard_size,
               help="webdataset: most bytes per shard, headers and the tar end included "
@@ -204,7 +207,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
 
     \b
     Example:
-      packer pack ./images --to webdataset -o ./images-wds --workers 2
+      packer pack ./images --to webdataset -o ./images-wds --workers 2 --check decode
       packer pack ./flat --labels labels.csv --to lmdb -o ./flat.lmdb
       packer pack ./scans --group-by-stem --to hdf5 -o ./scans.h5
       packer pack imu.bin --spec imu.toml --to hdf5 -o imu.h5 --window 256 --stride 128

@@ -12,6 +12,10 @@ on a warm page cache (every input file is read once before the runs):
     python read+write           the floor for any Python packer: a sorted walk that
                                 reads every file and appends its bytes to one file
                                 (no headers, no checks, no checksum)
+    python checked tar          tools/floor_tar.py: the least work of a checked,
+                                deterministic tar (walk, read, JPEG markers, ustar
+                                headers, sha256) in 2 processes, without packer's
+                                manifest, keys, labels, skip report and progress
     webdataset, check header    `packer pack DIR --to webdataset ...` per --workers
     webdataset, check decode    the same with `--check decode` per --workers
     lmdb / hdf5, check header   workers 1
@@ -187,9 +191,12 @@ def bench(data: Path, work: Path, args) -> dict:
     def tar(source: Path) -> list:  # hard links as data, as packer stores them
         return ["tar", "--hard-dereference", "-cf", str(work / "out.tar"), "-C", str(source), "."]
 
+    floor_tar = str(Path(__file__).resolve().parent / "floor_tar.py")
     plan = [("tar cf", tar(data), work / "out.tar"),
             ("python read+write", [sys.executable, "-c", PYTHON_FLOOR, str(data),
-                                   str(work / "floor.bin")], work / "floor.bin")]
+                                   str(work / "floor.bin")], work / "floor.bin"),
+            ("python checked tar, 2 processes", [sys.executable, floor_tar, str(data),
+                                                 str(work / "floor.tar")], work / "floor.tar")]
     plan += [(f"webdataset header  workers {w}", pack(data, "webdataset", work / "wds", w),
               work / "wds") for w in workers]
     plan += [(f"webdataset decode  workers {w}",
