@@ -22,12 +22,17 @@ def partial_path(out: Path) -> Path:
     return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
+    """Replace `path` with `data` in one step. `sync=False` leaves out the fsync: for
+    a record that need only survive the process (killed or crashed), not the machine,
+    written many times in a run (progress.json; the parts it lists are not synced
+    either)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as file:
         json.dump(data, file, indent=1, ensure_ascii=False)
-        file.flush()
-        os.fsync(file.fileno())
+        if sync:
+            file.flush()
+            os.fsync(file.fileno())
     os.replace(tmp, path)
 
 

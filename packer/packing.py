@@ -216,7 +216,7 @@ def _save_progress(writer, tally: Tally, plan: dict) -> None:
     write_json_atomic(writer.folder / PROGRESS_NAME, {
         "fingerprint": plan["fingerprint"], "started_ns": plan["started_ns"],
         "options": plan["options"], "input": plan["input"],
-        "parts": writer.parts, "tally": asdict(tally)})
+        "parts": writer.parts, "tally": asdict(tally)}, sync=False)
 
 
 def _fail_on(entry: dict, root: Path) -> None:

@@ -3,7 +3,6 @@ a few chunks per worker are in flight, so memory does not grow with the input.""
 
 import ctypes
 import gc
-import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
@@ -13,6 +12,8 @@ def ordered_map(function: Callable, items: Iterable, workers: int) -> Iterator:
     if workers <= 1:
         yield from map(function, items)
         return
+    import multiprocessing  # here: a run in one process spares importing it
+
     with multiprocessing.get_context().Pool(workers, initializer=tune_for_packing) as pool:
         pending: deque = deque()
         for item in items:
