@@ -9,9 +9,12 @@ import click
 
 
 class _ByteOffset(click.ParamType):
-    """A byte count in decimal or 0x hex."""
+    """A byte count in decimal or 0x hex, `least` or more."""
 
     name = "N"
+
+    def __init__(self, least: int = 0):
+        self.least = least
 
     def convert(self, value, param, ctx):
         if isinstance(value, int):
@@ -20,8 +23,8 @@ class _ByteOffset(click.ParamType):
             number = int(value, 0)
         except ValueError:
             self.fail(f"{value!r} is not a byte count; use e.g. 64 or 0x40", param, ctx)
-        if number < 0:
-            self.fail(f"{value!r}: give 0 or more", param, ctx)
+        if number < self.least:
+            self.fail(f"{value!r}: give {self.least} or more", param, ctx)
         return number
 
 
@@ -35,7 +38,7 @@ class _ByteOffset(click.ParamType):
                    "writing a spec; with --spec each field's bytes and decoded value.")
 @click.option("--offset", type=_ByteOffset(),
               help="Without --spec: first byte shown (decimal or 0x hex). [default: 0]")
-@click.option("--length", type=_ByteOffset(),
+@click.option("--length", type=_ByteOffset(least=1),
               help="Without --spec: bytes shown. [default: 256]")
 @click.option("--records", type=click.IntRange(min=1),
               help="With --spec --hex: records shown. [default: 3]")

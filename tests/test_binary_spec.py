@@ -107,6 +107,8 @@ def test_padding_can_be_written_as_a_byte_count():
     ({'sample_rate_hz = {type = "u4", offset = 8}':
       'sample_rate_hz = {type = "u4", offset = 8, expect = -1}'},
      "header.fields.sample_rate_hz.expect = -1 does not fit a u4 (0..4294967295)"),
+    ({'status = {type = "u2"}': 'status = {type = "u2", expect = 3}'},
+     "record.fields.status: expect is checked in the header only"),
 ])
 def test_spec_errors_name_the_key(change, message):
     with pytest.raises(SpecError) as err:
@@ -163,7 +165,8 @@ def test_the_cut_message_uses_thousands_separators(tmp_path):
 
 def test_trailing_ignore_in_the_spec_allows_trailing_bytes(tmp_path):
     path = write_imu(tmp_path / "imu.bin", 3, extra=b"footer")
-    with pytest.raises(DumpError, match=r"\+ 6 trailing bytes; pass --tail drop"):
+    cut = r"\+ 6 trailing bytes, less than a record: .*; pass --tail drop"
+    with pytest.raises(DumpError, match=cut):
         open_dump(path, imu_spec())
     dump = open_dump(path, imu_spec(**{'trailing = "error"': 'trailing = "ignore"'}))
     assert dump.count == 3 and dump.trailing == 6
@@ -198,6 +201,20 @@ def test_header_count_that_disagrees_with_the_size(tmp_path):
         f"of 36; the dump is cut short or the count is wrong; pass --tail drop to pack the 3 "
         f"whole records")
     assert open_dump(path, imu_spec(), tail="drop").count == 3
+
+
+@pytest.mark.parametrize(("declared", "extra", "says"), [
+    (8, b"", "+ 72 trailing bytes, 2 whole records more than header.n_records says: the "
+             "header count disagrees with the file size"),
+    (10, b"\1" * 28, "+ 28 trailing bytes, less than a record: record 10 would start at "
+                     "offset 424 and is cut after 28 of its 36 bytes"),
+])
+def test_bytes_after_the_header_count_say_what_they_may_be(declared, extra, says, tmp_path):
+    path = write_imu(tmp_path / "imu.bin", 10, declared=declared)
+    path.write_bytes(path.read_bytes() + extra)
+    with pytest.raises(DumpError) as err:
+        open_dump(path, imu_spec())
+    assert says in str(err.value) and "pass --tail drop" in str(err.value)
 
 
 def test_empty_folder_and_missing_files_are_refused(tmp_path):

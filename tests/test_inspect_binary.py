@@ -177,3 +177,21 @@ def test_library_errors_are_one_line(tmp_path):
 def test_help_has_an_example():
     text = run("--help").output
     assert "Example:" in text and "--both-orders" in text
+
+
+def test_the_record_size_of_random_floats_is_guessed_before_its_multiples(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((1000, 6)).astype("<f4")
+    records = b"".join(struct.pack("<Q6fH2x", 5_000_000 * i, *row, i % 4)
+                       for i, row in enumerate(values.tolist()))
+    path = tmp_path / "imu.bin"
+    path.write_bytes(b"IMU1".ljust(64, b"\0") + records)
+    report = json.loads(run(path, "--hex", "--json").output)
+    assert report["stride_guesses"][0]["size"] == 36
+
+
+def test_a_hex_view_of_no_bytes_is_refused(tmp_path):
+    path = write_imu(tmp_path / "imu.bin", 2)
+    assert "give 1 or more" in run(path, "--hex", "--length", "0", expect=2).output

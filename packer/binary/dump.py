@@ -310,6 +310,16 @@ def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail) -> tuple
     layout += f" + {extra:,} trailing bytes"
     if drop:
         return Check("records", True, f"{layout}, left out ({why_dropped})"), declared
+    more, cut = divmod(extra, record_size)
+    if more:  # whole records beyond the count
+        layout += (f", {more:,} whole record{'s' if more > 1 else ''}"
+                   f"{f' and {cut:,} bytes' if cut else ''} more than "
+                   f"header.{spec.count_field} says: the header count disagrees with the "
+                   f"file size, or other data follows the records")
+    else:
+        layout += (f", less than a record: record {declared:,} would start at offset "
+                   f"{header_size + declared * record_size:,} and is cut after {cut:,} of its "
+                   f"{record_size:,} bytes, or these are bytes after the records")
     return Check("records", False, f"{layout}; pass --tail drop to pack the {declared:,} "
                                    f"records and leave the rest out, or set trailing = "
                                    f"\"ignore\" in {spec.source} if bytes after the records "

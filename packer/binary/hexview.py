@@ -76,9 +76,12 @@ def stride_guesses(sample: bytes, top: int = 3) -> list[dict]:
     open_sizes = excess > max(6 * spread, 0.01)  # clearly above the file's background
     guesses = []
     while open_sizes.any() and len(guesses) < top:
-        best = excess[open_sizes].max()
-        # Multiples of the record size score as well as it: take the smallest near the best.
-        pick = int(np.flatnonzero(open_sizes & (excess >= 0.9 * best))[0])
+        best = int(np.flatnonzero(open_sizes)[np.argmax(excess[open_sizes])])
+        # Multiples of the record size score as well as it (the fewer multiples a size
+        # has in the sample, the noisier its mean): take the smallest size that divides
+        # the best one and scores near it.
+        near = open_sizes & (excess >= 0.75 * excess[best]) & (sizes[best] % sizes == 0)
+        pick = int(np.flatnonzero(near)[0])
         guesses.append({"size": int(sizes[pick]), "score": round(float(scores[pick]), 3)})
         open_sizes &= sizes % sizes[pick] != 0
     return guesses

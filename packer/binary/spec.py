@@ -139,6 +139,9 @@ def _parse_layout(table: dict, key: str, order: str, fail) -> Layout:
     fields, next_offset = [], 0
     for name, field_table in fields_table.items():
         field = parse_field(name, field_table, f"{key}.fields.{name}", order, next_offset, fail)
+        if key == "record" and field.expect is not None:
+            fail(f"{field.key}: expect is checked in the header only (once per file); a "
+                 "record field takes no expected value")
         fields.append(field)
         next_offset = field.end
     fields.sort(key=lambda f: f.offset)
