@@ -250,9 +250,9 @@ class BinaryFolder:
 def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
     root, spec, tail, sources = job
     out = []
-    for source in sources:
-        sample = {KEY: source.key}
-        for field_name, rel_path in source.files:
+    for key, files_of_sample, label in sources:
+        sample = {KEY: key}
+        for field_name, rel_path in files_of_sample:
             if field_name.lower() in files.SIDECAR_FIELDS:  # notes beside a file: as bytes
                 sample[field_name] = files.read_file(f"{root}/{rel_path}")
                 continue
@@ -264,8 +264,8 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
                 break
             sample.update({f"{name}.npy": field_bytes(values) for name, values in arrays.items()})
         else:
-            if source.label is not None:
-                sample["cls"] = source.label
+            if label is not None:
+                sample["cls"] = label
             out.append((sample, []))
     return out
 
