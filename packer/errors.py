@@ -15,3 +15,7 @@ class DatasetError(PackerError):
 
 class UsageProblem(PackerError):
     """Wrong paths or options (exit status 2, like any usage error)."""
+
+
+class NoSuchDataset(UsageProblem, DatasetError):
+    """A dataset path that does not exist: a usage error, and a dataset error."""

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from packer.errors import DatasetError
+from packer.errors import DatasetError, NoSuchDataset
 from packer.formats.base import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
@@ -45,7 +45,7 @@ def load_manifest(dataset: Path) -> dict:
         raise DatasetError(f"{dataset}: an unfinished pack (the run was interrupted or "
                            "failed); finish it with `packer pack ... --resume`")
     if not dataset.exists():
-        raise DatasetError(f"{dataset}: no such packed dataset")
+        raise NoSuchDataset(f"{dataset}: no such packed dataset")
     path = dataset / MANIFEST_NAME
     if not path.is_file():
         raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "

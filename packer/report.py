@@ -141,7 +141,7 @@ def pack_text(manifest: dict, out: Path) -> str:
     else:
         lines.append("skipped 0 inputs")
     if manifest["ignored"]:
-        lines.append(f"ignored {s['ignored']:,} hidden or OS junk files (listed in {where})")
+        lines.append(f"ignored {_ignored_text(manifest)} (listed in {where})")
     links = manifest.get("symlinks") or {"count": 0}
     if links["count"]:
         lines.append(f"symlinks: {links['count']:,} "
@@ -149,8 +149,10 @@ def pack_text(manifest: dict, out: Path) -> str:
                         "not followed (--no-follow-symlinks), listed as skipped"))
     stems = _shared_stems(manifest)
     if stems:
+        why = ("extensions that differ only in case, which WebDataset would merge"
+               if manifest["options"].get("group_by_stem") else "--group-by-stem joins them")
         lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
-                     f"samples (--group-by-stem joins them): {_names(stems)}")
+                     f"samples ({why}): {_names(stems)}")
     if manifest.get("unmatched_labels"):
         names = manifest["unmatched_labels"]
         lines.append(f"{len(names):,} rows of the labels file name no file: {_names(names)}")
@@ -200,8 +202,16 @@ def inspect_text(manifest: dict, path: Path) -> str:
     lines.append(f"skipped: {len(manifest['skipped']):,}")
     lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
     if manifest["ignored"]:
-        lines.append(f"ignored: {len(manifest['ignored']):,} hidden or OS junk files")
+        lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)
+
+
+def _ignored_text(manifest: dict) -> str:
+    """`3 hidden or OS junk files`, `the labels file`, or both joined by `and`."""
+    labels = sum(e["reason"] == "the labels file" for e in manifest["ignored"])
+    junk = len(manifest["ignored"]) - labels
+    texts = [f"{junk:,} hidden or OS junk file{'s' if junk != 1 else ''}"] if junk else []
+    return " and ".join(texts + (["the labels file"] if labels else []))
 
 
 def verify_text(report: dict) -> str:

@@ -58,7 +58,7 @@ def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder,
 
     refused = run(*args, expect=2)
     assert "--resume" in refused.output
-    run(*args, "--resume")
+    assert "packing again from the start" not in run(*args, "--resume").output
     assert not (tmp_path / "killed.partial").exists()
 
     reference = tmp_path / "reference"
@@ -117,6 +117,22 @@ def test_hdf5_resumes_after_a_kill_between_writing_rows_and_flushing(image_folde
     killed = subprocess.run([sys.executable, "-c", KILL_WITH_ROWS_OF_AN_UNSEALED_PART, *args])
     assert killed.returncode == -signal.SIGKILL
     run(*args, "--resume")
+    run("pack", image_folder, "--to", "hdf5", "-o", tmp_path / "reference", "-q")
+    assert list(iter_samples(out)) == list(iter_samples(tmp_path / "reference"))
+    assert "OK" in run("verify", out, "--against", image_folder, "-q").output
+
+
+def test_hdf5_that_cannot_be_read_back_is_packed_again_from_the_start(image_folder, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
+    out = tmp_path / "killed"
+    args = ["pack", str(image_folder), "--to", "hdf5", "-o", str(out), "-q"]
+    subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    data = tmp_path / "killed.partial" / "data.h5"
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 3])  # metadata past its end
+    resumed = run(*args, "--resume").output
+    assert "cannot be read back" in resumed and "packing again from the start" in resumed
+    assert not (tmp_path / "killed.partial").exists()
     run("pack", image_folder, "--to", "hdf5", "-o", tmp_path / "reference", "-q")
     assert list(iter_samples(out)) == list(iter_samples(tmp_path / "reference"))
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output

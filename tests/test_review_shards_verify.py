@@ -47,3 +47,58 @@ def test_verify_against_a_table_says_what_against_takes(tmp_path):
     run("pack", table, "--label-column", "y", "-o", tmp_path / "w", "-q")
     result = run("verify", tmp_path / "w", "--against", table, expect=2)
     assert "--against takes the source folder of a dataset packed from files" in result.output
+
+
+def test_fields_that_differ_only_in_case_are_never_one_sample(tmp_path):
+    import webdataset
+
+    from conftest import image_bytes
+
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    (folder / "x.jpg").write_bytes(image_bytes(1))
+    (folder / "x.JPG").write_bytes(image_bytes(2))
+    (folder / "x.png").write_bytes(image_bytes(3, "PNG"))
+    out = run("pack", folder, "-o", tmp_path / "wds", "--group-by-stem", "--unlabelled").output
+    assert "extensions that differ only in case" in out
+    samples = list(webdataset.WebDataset(str(tmp_path / "wds" / "shard-000000.tar"),
+                                         shardshuffle=False))
+    assert sorted(s["__key__"] for s in samples) == ["x~JPG", "x~jpg", "x~png"]
+
+
+@pytest.mark.parametrize("command", [("inspect",), ("verify",), ("unpack", "-o", "restored")])
+def test_a_missing_dataset_is_a_usage_error(command, tmp_path):
+    out = run(command[0], tmp_path / "nope", *command[1:], expect=2).output
+    assert "no such packed dataset" in out and "Traceback" not in out
+
+
+def test_resume_ignores_options_the_format_ignores(image_folder, tmp_path, monkeypatch):
+    from packer import packing
+
+    monkeypatch.setattr(packing, "BLOCK_COUNT", 3)
+    save, saves = packing._save_progress, []
+
+    def save_then_stop(*args):
+        save(*args)
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(packing, "_save_progress", save_then_stop)
+    args = ("pack", image_folder, "--to", "hdf5", "-o", tmp_path / "h")
+    run(*args, "--max-count", "500", "-q", expect=130)
+    monkeypatch.setattr(packing, "_save_progress", save)
+    run(*args, "--resume", "-q")  # --max-count left out: hdf5 never read it
+    assert "OK" in run("verify", tmp_path / "h", "--against", image_folder, "-q").output
+
+
+def test_a_labels_file_inside_the_folder_is_named_as_ignored(tmp_path):
+    from conftest import image_bytes
+
+    folder = tmp_path / "flat"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(image_bytes(1))
+    (folder / ".DS_Store").write_bytes(b"junk")
+    (folder / "labels.csv").write_text("filename,label\na.jpg,cat\n")
+    out = run("pack", folder, "--labels", folder / "labels.csv", "-o", tmp_path / "o").output
+    assert "ignored 1 hidden or OS junk file and the labels file" in out

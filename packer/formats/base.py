@@ -24,6 +24,11 @@ KEY = "__key__"
 LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
 
 
+class CannotResume(Exception):
+    """Raised by `truncate` when what an interrupted run wrote cannot be continued;
+    the writer has started over from nothing."""
+
+
 class Chunk(NamedTuple):
     """A worker's output for a run of samples, pickled once: the encoded samples
     back to back, per good sample its length, digest, field sizes and label, and
@@ -179,11 +184,17 @@ class Writer:
         self.parts.append(part)
         return part
 
-    def resume(self, parts: list[dict]) -> None:
-        """Continue after `parts`, the closed parts of an interrupted run."""
+    def resume(self, parts: list[dict]) -> str | None:
+        """Continue after `parts`, the closed parts of an interrupted run; returns why
+        the writer started over from nothing instead, where it had to."""
         self.parts = list(parts)
         self.count = sum(p["count"] for p in parts)
-        self.truncate(self.count)
+        try:
+            self.truncate(self.count)
+        except CannotResume as err:
+            self.parts, self.count = [], 0
+            return str(err)
+        return None
 
     def _begin_part(self, part: dict) -> None:
         pass

@@ -34,9 +34,10 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, ProcessReader, Writer, msgpack_default
+from packer.formats.base import KEY, CannotResume, ProcessReader, Writer, msgpack_default
 
 FILE_NAME = "data.h5"
+INTERRUPTED_NAME = "data.h5.interrupted"  # an interrupted run's file, while resuming
 _CHUNK = 1024
 _BLOCK = 512  # samples buffered before one write per dataset
 _BYTES = h5py.vlen_dtype(np.dtype("uint8"))
@@ -97,7 +98,13 @@ class Hdf5Writer(Writer):
 
     def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
         super().__init__(folder, plan, max_part_bytes, max_part_count)
-        path = folder / FILE_NAME
+        path, self.records = folder / FILE_NAME, plan.get("records")
+        self.interrupted = folder / INTERRUPTED_NAME
+        if path.exists() and not self.records:  # a resumed run: see truncate
+            if self.interrupted.exists():  # left by a resume stopped while copying
+                path.unlink()
+            else:
+                path.rename(self.interrupted)
         # No chunk cache: blocks are written to the file directly, not copied through it.
         self.file = h5py.File(path, "a" if path.exists() else "w", rdcc_nbytes=0)
         self.fields = dict(plan["fields"])
@@ -105,7 +112,6 @@ class Hdf5Writer(Writer):
         self.implicit_keys = bool(plan.get("implicit_keys"))
         self.columns = [*self.fields] if self.implicit_keys else [KEY, *self.fields]
         self.names = dataset_names(plan)
-        self.records = plan.get("records")
         self._buffer: list[dict] = []
         self._datasets: dict[str, h5py.Dataset] = {}
         if self.records:
@@ -233,24 +239,41 @@ class Hdf5Writer(Writer):
         self.file.flush()
 
     def truncate(self, count: int) -> None:
-        """Drop the rows after `count` (of an interrupted run). Rows of variable length
-        point into HDF5's heap, and shrinking a dataset keeps the rows cut off in the
-        last chunk: after a crash they can point past the file's end, and HDF5 fails
-        when the next write frees them. So the last chunk is dropped whole and its kept
-        rows written again. Records (fixed-size) need nothing: their rows are rewritten."""
-        if self.records:
+        """Continue an interrupted run after its first `count` rows. HDF5 does not keep
+        a file consistent through a crash: metadata written after the last flush can
+        point past the end the file records, and writing to such a file fails or
+        corrupts it. So the interrupted file is only read: its first `count` rows are
+        copied into a new file, and the run goes on there. Records (fixed-size,
+        allocated when created and written outside HDF5) need nothing."""
+        if self.records or not self.interrupted.exists():
             return
-        for name in self.columns:
-            dataset = self._dataset(name)
-            if dataset.dtype.kind != "O":  # numbers and fixed-size arrays
-                dataset.resize(count, axis=0)
-                continue
-            chunk_start = count - count % dataset.chunks[0]
-            kept = dataset[chunk_start:count]
-            dataset.resize(chunk_start, axis=0)
-            dataset.resize(count, axis=0)
-            if len(kept):
-                dataset.write_direct(kept, dest_sel=np.s_[chunk_start:count])
+        try:
+            with h5py.File(self.interrupted, "r") as interrupted:
+                for name in self.columns:
+                    self._copy_rows(interrupted[self.names[name]], self._dataset(name), count)
+        except (OSError, RuntimeError, ValueError, KeyError) as err:
+            self._start_over()
+            raise CannotResume(f"the interrupted run's HDF5 file cannot be read back "
+                               f"({err})") from None
+        finally:
+            self.interrupted.unlink(missing_ok=True)
+        self.file.flush()
+
+    def _start_over(self) -> None:
+        path = Path(self.file.filename)
+        self.file.close()
+        path.unlink()
+        self.file, self._datasets = h5py.File(path, "w", rdcc_nbytes=0), {}
+        self._create()
+
+    @staticmethod
+    def _copy_rows(source: h5py.Dataset, target: h5py.Dataset, count: int) -> None:
+        if len(source) < count:
+            raise ValueError(f"{source.name} holds {len(source):,} rows, not {count:,}")
+        target.resize(count, axis=0)
+        for start in range(0, count, _CHUNK):
+            stop = min(start + _CHUNK, count)
+            target.write_direct(source[start:stop], dest_sel=np.s_[start:stop])
 
     def finish(self, manifest: dict) -> None:
         if self.records:

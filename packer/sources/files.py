@@ -135,7 +135,10 @@ class Scan:
         samples = []
         for stem_path, members in groups.items():
             key = encode_key(stem_path)
-            if len(members) == 1 or self.group_by_stem or _main_files(members) <= 1:
+            # x.jpg and x.JPG cannot be one sample: webdataset folds a field's case
+            distinct = len({f.lower() for f, _ in members}) == len(members)
+            if len(members) == 1 or distinct and (self.group_by_stem
+                                                  or _main_files(members) <= 1):
                 samples.append(SampleSource(key, members))
                 continue
             notes.shared_stems.append(stem_path)
