@@ -266,7 +266,7 @@ def collate_samples(batch: list[dict]):
     """torch's default_collate, but samples of a batch must have the same fields:
     default_collate keeps the first sample's fields, so a sidecar that only some
     samples have would vanish from some batches and fail others."""
-    if isinstance(batch[0], dict):
+    if isinstance(batch[0], dict) and any(s.keys() != batch[0].keys() for s in batch):
         shapes = Counter(tuple(sorted(n for n in s if n != KEY)) for s in batch)
         if len(shapes) > 1:
             usual = shapes.most_common(1)[0][0]

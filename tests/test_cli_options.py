@@ -160,6 +160,14 @@ def interrupt(monkeypatch, *args) -> None:
         run("pack", *args, expect=130)
 
 
+def test_resume_ignores_options_the_format_ignores(monkeypatch, image_folder, tmp_path):
+    monkeypatch.setattr(packing, "BLOCK_COUNT", 3)
+    args = (image_folder, "--to", "hdf5", "-o", tmp_path / "h", "-q")
+    interrupt(monkeypatch, *args, "--max-count", "500")
+    run("pack", *args, "--resume")  # --max-count left out: hdf5 never read it
+    assert "OK" in run("verify", tmp_path / "h", "--against", image_folder, "-q").output
+
+
 def test_resume_names_the_changed_options(monkeypatch, image_folder, tmp_path):
     out = tmp_path / "o"
     interrupt(monkeypatch, image_folder, "-o", out, "--max-count", "3", "-q")

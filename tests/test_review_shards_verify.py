@@ -72,26 +72,6 @@ def test_a_missing_dataset_is_a_usage_error(command, tmp_path):
     assert "no such packed dataset" in out and "Traceback" not in out
 
 
-def test_resume_ignores_options_the_format_ignores(image_folder, tmp_path, monkeypatch):
-    from packer import packing
-
-    monkeypatch.setattr(packing, "BLOCK_COUNT", 3)
-    save, saves = packing._save_progress, []
-
-    def save_then_stop(*args):
-        save(*args)
-        saves.append(1)
-        if len(saves) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(packing, "_save_progress", save_then_stop)
-    args = ("pack", image_folder, "--to", "hdf5", "-o", tmp_path / "h")
-    run(*args, "--max-count", "500", "-q", expect=130)
-    monkeypatch.setattr(packing, "_save_progress", save)
-    run(*args, "--resume", "-q")  # --max-count left out: hdf5 never read it
-    assert "OK" in run("verify", tmp_path / "h", "--against", image_folder, "-q").output
-
-
 def test_a_labels_file_inside_the_folder_is_named_as_ignored(tmp_path):
     from conftest import image_bytes
 

@@ -177,11 +177,10 @@ class Hdf5Writer(Writer):
         crc = source.write_records(start, stop, self._fd,
                                    records.id.get_offset() + start * records.dtype.itemsize)
         labels = None
-        if "cls" in self.fields:
+        if "cls" in self.fields:  # written by HDF5: a contiguous write changes no metadata
             labels = source.sample_labels(first, count).astype(np.int64)
-            cls_at = self._dataset("cls").id.get_offset() + first * labels.itemsize
-            if os.pwrite(self._fd, labels, cls_at) != labels.nbytes:
-                raise OSError(f"{self.file.filename}: short write")
+            self._dataset("cls").write_direct(labels, dest_sel=np.s_[first:first + count])
+            self.file.flush()
             crc = crc32(labels, crc)
         self.parts.append({"index": len(self.parts), "first": first, "count": count,
                            "bytes": (stop - start) * records.dtype.itemsize,

@@ -115,16 +115,19 @@ class BinaryDump:
         columns = {f"{name}.npy": values for name, values in arrays.items()
                    if name != self.label_field}
         if self.values is not None:
-            columns["cls"] = self.sample_labels(first, count)
+            columns["cls"] = self.sample_labels(first, count, arrays)
         return columns
 
-    def sample_labels(self, first: int, count: int) -> np.ndarray:
+    def sample_labels(self, first: int, count: int, arrays: dict | None = None) -> np.ndarray:
         """The class ids of samples first..first+count-1: of their record, or of a
-        window's last record."""
+        window's last record. `arrays`: the samples' fields, where already read."""
         size, stride = (self.windows.size, self.windows.stride) if self.windows else (1, 1)
         last = first * stride + size - 1
         stop = last + (count - 1) * stride + 1
-        if self.label_field is not None:
+        if self.label_field is not None and arrays is not None:
+            labels = arrays[self.label_field]
+            labels = labels[:, -1] if self.windows else labels
+        elif self.label_field is not None:
             labels = self.dump.records(last, stop - last)[self.label_field][::stride]
         else:
             labels = self.record_labels[last:stop:stride]
