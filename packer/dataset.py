@@ -1,11 +1,13 @@
 """Reading a packed dataset back, whatever its format, for verify, unpack and inspect."""
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from packer import shards
 from packer.errors import DatasetError
 from packer.formats import format_module, tarindex
+from packer.formats.base import sample_digest
 from packer.manifest import MANIFEST_NAME, load_manifest
 
 
@@ -16,10 +18,26 @@ def open_packed(path: Path) -> tuple[dict, object]:
 
 
 def iter_samples(path: Path) -> Iterator[dict]:
-    """Every sample, in order, as a dict of bytes (and int class ids)."""
+    """Every sample, in order, as a dict of bytes (and int class ids). A part that
+    holds another number of samples than the manifest says, or other samples than its
+    digest says, is a DatasetError when its end is reached."""
     manifest, module = open_packed(path)
     for part in manifest["parts"]:
-        yield from module.read_part(Path(path), manifest, part)
+        seen, digest = 0, hashlib.sha256() if "samples_sha256" in part else None
+        for sample in module.read_part(Path(path), manifest, part):
+            if digest is not None:
+                digest.update(sample_digest(sample))
+            seen += 1
+            yield sample
+        name = part.get("name", f"samples {part['first']:,}..")
+        if seen != part["count"]:
+            raise DatasetError(f"{Path(path) / name if 'name' in part else path}: {seen:,} "
+                               f"samples in part {part['index']}, the manifest says "
+                               f"{part['count']:,}; `packer verify {path}` tells more")
+        if digest is not None and digest.hexdigest() != part["samples_sha256"]:
+            raise DatasetError(f"{path}: the samples of part {part['index']} ({name}) differ "
+                               "from the manifest's digest; `packer verify DATASET --against "
+                               "SOURCE` names the changed file")
 
 
 def label_field(manifest: dict) -> str | None:

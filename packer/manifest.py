@@ -8,13 +8,17 @@ version, and `skipped`: every input that was not packed, with the reason.
 
 import json
 import os
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from packer.errors import DatasetError, NoSuchDataset
+from packer.formats import FORMAT_NAMES
 from packer.formats.base import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
+SCHEMA_FILE = "manifest.schema.json"  # in packer/schemas/, for other tools too
 
 
 def partial_path(out: Path) -> Path:
@@ -54,11 +58,62 @@ def load_manifest(dataset: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+    check_manifest(manifest, path)
     if manifest.get("layout_version", 1) > LAYOUT_VERSION:
         raise DatasetError(f"{dataset}: written by {manifest.get('tool', 'a newer packer')} "
                            f"in layout {manifest['layout_version']}, which this packer "
                            f"(layout {LAYOUT_VERSION}) cannot read; upgrade packer")
     return manifest
+
+
+@cache
+def _validator():
+    import jsonschema  # here, so that packing, which writes manifests, never loads it
+
+    schema = json.loads(resources.files("packer").joinpath("schemas", SCHEMA_FILE).read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_manifest(manifest, path: Path) -> None:
+    """A DatasetError naming the first problem when `manifest` does not match the
+    schema, or its counts do not add up."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(manifest))
+    if error is not None:
+        where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the top level"
+        problem = f"at {where}: {error.message}"
+    else:
+        problem = _count_problem(manifest)
+    if problem:
+        raise DatasetError(f"{path}: the manifest is damaged ({problem}); it does not match "
+                           f"packer's manifest schema (packer/schemas/{SCHEMA_FILE}), so the "
+                           "dataset cannot be read: restore manifest.json or pack the source "
+                           "again")
+
+
+def _count_problem(manifest: dict) -> str | None:
+    """Where the parts, the count and the classes disagree, or None."""
+    if manifest["format"] not in FORMAT_NAMES:
+        return (f"format {manifest['format']!r} is none that packer reads: "
+                f"{', '.join(FORMAT_NAMES)}")
+    first = 0
+    for position, part in enumerate(manifest["parts"]):
+        if part["index"] != position:
+            return f"part {position} has the index {part['index']}"
+        if part["first"] != first:
+            return (f"part {part['index']} starts at sample {part['first']:,}, but the parts "
+                    f"before it end at {first:,}")
+        first += part["count"]
+    if first != manifest["count"]:
+        return f"the parts hold {first:,} samples, but the count is {manifest['count']:,}"
+    names = [part["name"] for part in manifest["parts"] if "name" in part]
+    if len(set(names)) != len(names):
+        return "two parts have the same file name"
+    classes, counts = manifest.get("classes"), manifest.get("class_counts")
+    if len(classes or []) != len(counts or []):
+        return f"{len(classes or [])} class names but {len(counts or [])} class counts"
+    return None
 
 
 def class_counts(manifest: dict) -> dict[str, int]:

@@ -10,7 +10,7 @@ import msgpack
 from tqdm import tqdm
 
 from packer.dataset import label_field, open_packed
-from packer.errors import UsageProblem
+from packer.errors import DatasetError, UsageProblem
 from packer.formats.base import KEY, sample_digest
 from packer.keys import restored_path
 from packer.sources.files import scan_folder
@@ -19,7 +19,8 @@ MAX_PROBLEMS = 100
 _UNLOCATED = ("{name}: every member reads as tar, so the change is in a file's bytes or in "
               "padding; tar shards keep no per-sample digests, so `packer verify DATASET "
               "--against SOURCE` is what names a changed file")
-_READ_ERRORS = (OSError, ValueError, KeyError, tarfile.TarError, msgpack.UnpackException)
+_READ_ERRORS = (OSError, ValueError, KeyError, tarfile.TarError, msgpack.UnpackException,
+                DatasetError)
 
 
 def _file_problems(folder: Path, part: dict) -> list[str]:

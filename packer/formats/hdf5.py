@@ -290,6 +290,29 @@ class Reader(ProcessReader):
         self.names = dataset_names(manifest)
         self.firsts = [p["first"] for p in manifest["parts"]]
         self.records = manifest.get("records")
+        self._check_rows(manifest["count"])
+
+    def _check_rows(self, count: int) -> None:
+        """A DatasetError unless every dataset holds the rows `count` samples need."""
+        file = self._open_handle(None)
+        try:
+            if self.records:
+                window, stride = self.records["window"] or 0, self.records["stride"] or 1
+                needed = {self.records["dataset"]: (count - 1) * stride + max(window, 1)
+                          if count else 0}
+                needed.update({"cls": count} if "cls" in self.fields else {})
+            else:
+                needed = {name: count for name in self.names.values() if name is not None}
+            for name, rows in needed.items():
+                held = len(file[name]) if name in file else None
+                if held is None or held < rows or (held > rows and not self.records):
+                    found = "no such dataset" if held is None else f"{held:,} rows"
+                    raise DatasetError(f"{self.path}: dataset {name!r} has {found}, but the "
+                                       f"manifest's {count:,} samples need {rows:,}; the "
+                                       "manifest does not belong to this data (restore it, "
+                                       "or pack the source again)")
+        finally:
+            file.close()
 
     def _open_handle(self, inherited) -> h5py.File:
         try:

@@ -14,6 +14,7 @@ fails on a fixed map size.
 """
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,21 +96,12 @@ class Reader(ProcessReader):
 
     def __init__(self, folder: Path, manifest: dict):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
+        check_environment(folder, manifest["count"])
 
     def _open_handle(self, inherited):
         if inherited is not None:  # an LMDB handle must not be used in a forked child
             inherited.close()  # (readonly, lock-free: closing it is safe)
-        try:
-            return lmdb.open(str(self.folder), readonly=True, lock=False, subdir=True,
-                             readahead=True, max_readers=1)
-        except lmdb.Error as err:
-            if "already open" not in str(err):
-                raise
-            raise DatasetError(
-                f"{self.folder}: this LMDB is already open in this process (python-lmdb "
-                "allows one environment per path and process, and forked workers inherit "
-                "it): close your own lmdb.open() of it with env.close() before reading it "
-                "through packer") from None
+        return _open_readonly(self.folder)
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
@@ -123,6 +115,46 @@ class Reader(ProcessReader):
             raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
                                "missing from the LMDB")
         return [decode_value(v) for v in values]
+
+
+def _open_readonly(folder: Path):
+    try:
+        return lmdb.open(str(folder), readonly=True, lock=False, subdir=True, readahead=True,
+                         max_readers=1)
+    except lmdb.Error as err:
+        if "already open" in str(err):
+            raise DatasetError(
+                f"{folder}: this LMDB is already open in this process (python-lmdb allows "
+                "one environment per path and process, and forked workers inherit it): "
+                "close your own lmdb.open() of it with env.close() before reading it "
+                "through packer") from None
+        raise DatasetError(f"{Path(folder) / 'data.mdb'}: not a readable LMDB environment "
+                           f"({err}); restore it, or pack the source again") from None
+
+
+def check_environment(folder: Path, count: int) -> None:
+    """A DatasetError unless `folder/data.mdb` is as long as LMDB's own meta pages say
+    (a shorter file would kill the reader with SIGBUS when a page past its end is
+    touched) and holds `count` samples besides the meta record."""
+    data = Path(folder) / "data.mdb"
+    if not data.is_file():
+        raise DatasetError(f"{data}: missing; the LMDB dataset {folder} has no data file "
+                           "(restore it, or pack the source again)")
+    env = _open_readonly(folder)
+    try:
+        pages_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        entries = env.stat()["entries"]
+    finally:
+        env.close()
+    size = os.path.getsize(data)
+    if size < pages_end:
+        raise DatasetError(f"{data}: {size:,} bytes, but LMDB's meta page says its pages end "
+                           f"at byte {pages_end:,}: the file is truncated (a copy cut short "
+                           "or a full disk); restore it, or pack the source again")
+    if entries - 1 != count:
+        raise DatasetError(f"{data}: holds {entries - 1:,} samples, but the manifest says "
+                           f"{count:,}; the manifest does not belong to this data (restore "
+                           "it, or pack the source again)")
 
 
 def reader(folder: Path, manifest: dict) -> Reader:

@@ -47,11 +47,23 @@ def _ustar_name(header: bytes) -> str:
     return (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
 
 
+def _header_size(header: bytes, where: str, offset: int) -> int:
+    try:
+        return _number(header[124:136])
+    except ValueError:
+        raise DatasetError(f"{where}: damaged tar header at byte offset {offset:,}: its size "
+                           f"field {header[124:136]!r} is not an octal number") from None
+
+
 def _checksum_ok(header: bytes) -> bool:
     """The header's checksum field against the sum of its bytes (the field counted as
     spaces). Adler-32's first half is 1 + that sum modulo 65521, in C: a flipped bit
-    changes the sum by at most 128, so comparing modulo 65521 misses none."""
-    stored = _number(header[148:156])
+    changes the sum by at most 128, so comparing modulo 65521 misses none. A field
+    that is not a number is a bad checksum."""
+    try:
+        stored = _number(header[148:156])
+    except ValueError:
+        return False
     total = (zlib.adler32(header) & 0xFFFF) - 1 - sum(header[148:156]) + 8 * 32
     return (stored - total) % 65521 == 0
 
@@ -71,7 +83,7 @@ def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
                                f"the tar header that starts at byte offset {offset:,}")
         if not _checksum_ok(header):
             raise DatasetError(f"{where}: bad tar header checksum at byte offset {offset:,}")
-        size = long_size if long_size is not None else _number(header[124:136])
+        size = long_size if long_size is not None else _header_size(header, where, offset)
         kind, data_offset = header[156:157], offset + _BLOCK
         if data_offset + size > end:
             raise DatasetError(f"{where}: truncated: the member at byte offset {chain_start:,} "
@@ -167,9 +179,26 @@ class Reader:
             for member in range(begin - base, end - base):
                 value = data[offsets[member] - low:offsets[member] - low + sizes[member]]
                 name = fields[member + base]
-                sample[name] = int(value) if name in self.int_fields else value
+                sample[name] = (self._int(value, part, offsets[member]) if name in self.int_fields
+                                else value)
             samples.append(sample)
         return samples
+
+    def _int(self, value: bytes, part: int, offset: int) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise DatasetError(f"{self.paths[part]}: the member at byte offset "
+                               f"{offset - _BLOCK:,} holds {bytes(value[:20])!r}, not a class "
+                               "id (a decimal integer)") from None
+
+    def read_part(self, part: int, run: int = 1024) -> Iterator[dict]:
+        """Every sample of one shard, `run` at a time; its file is closed at the end."""
+        try:
+            for start in range(0, self.count(part), run):
+                yield from self.read(part, start, run)
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self._pid == os.getpid():
