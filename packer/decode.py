@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from packer.checks import PIL_FORMATS
-from packer.formats.base import KEY
+from packer.sample import KEY
 
 DECODE_MODES = ("rgb8", "pil", "raw")
 IMAGE_FIELDS = {"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "ppm", "pgm"}

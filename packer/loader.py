@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 from packer import plan
 from packer.dataset import Source, open_source
 from packer.decode import IMAGE_FIELDS, Decoder
-from packer.formats.base import KEY
+from packer.sample import KEY
 
 ON_ERROR = ("warn", "skip", "raise")
 

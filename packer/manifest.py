@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from packer.errors import DatasetError, NoSuchDataset
-from packer.formats.base import LAYOUT_VERSION
+from packer.sample import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"

@@ -20,11 +20,12 @@ from pathlib import Path
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
-from packer.formats.base import LAYOUT_VERSION, Chunk, encode_chunk
+from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
 from packer.parallel import ordered_map
 from packer.report import nothing_packed
 from packer.resume import check_unchanged
+from packer.sample import LAYOUT_VERSION
 from packer.sources import is_table, open_source
 from packer.sources.files import read_file
 from packer.tally import Tally

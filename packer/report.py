@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from packer.keys import split_name
 from packer.manifest import MANIFEST_NAME, class_counts
+from packer.sample import split_name
 
 LIST_LIMIT = 20
 NAMES_LIMIT = 5

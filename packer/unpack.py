@@ -9,9 +9,8 @@ from tqdm import tqdm
 
 from packer.dataset import iter_samples, label_field, open_packed
 from packer.errors import DatasetError, UsageProblem
-from packer.formats.base import KEY, field_bytes
-from packer.keys import restored_path
 from packer.manifest import partial_path
+from packer.sample import KEY, field_bytes, restored_path
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
 

@@ -11,8 +11,7 @@ from tqdm import tqdm
 
 from packer.dataset import label_field, open_packed
 from packer.errors import UsageProblem
-from packer.formats.base import KEY, sample_digest
-from packer.keys import restored_path
+from packer.sample import KEY, restored_path, sample_digest
 from packer.sources.files import scan_folder
 
 MAX_PROBLEMS = 100

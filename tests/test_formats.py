@@ -7,7 +7,8 @@ import pytest
 
 from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES, format_module
-from packer.formats.base import encode_chunk, field_bytes
+from packer.formats.base import encode_chunk
+from packer.sample import field_bytes
 
 FIELDS = {"bin": {"dtype": "bytes"}, "cls": {"dtype": "int64"},
           "npy": {"dtype": "float32", "shape": [4, 3]}}

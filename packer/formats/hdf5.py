@@ -3,7 +3,7 @@
     OUT/
       manifest.json
       data.h5
-        __key__   (N,) utf-8 strings; none when sample i's key is its index (`%010d`)
+        __key__   (N,) utf-8 strings; none when sample i's key is its index_key
         jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
         cls       (N,) int64 class ids
         attrs     classes (names in id order), packer_manifest (the manifest as JSON)
@@ -34,7 +34,8 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, CannotResume, ProcessReader, Writer, msgpack_default
+from packer.formats.base import CannotResume, ProcessReader, Writer
+from packer.sample import KEY, index_key, index_keys, msgpack_default
 
 FILE_NAME = "data.h5"
 INTERRUPTED_NAME = "data.h5.interrupted"  # an interrupted run's file, while resuming
@@ -302,16 +303,18 @@ class Reader(ProcessReader):
         if self.records:
             return self._read_records(file, first, count)
         if self.names[KEY] is None:  # samples keyed by their index
-            keys = [b"%010d" % i for i in range(first, first + count)]
+            keys = index_keys(first, count)
         else:
             keys = file[self.names[KEY]][first:first + count]
             if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
-                keys = [b"%010d" % i for i in keys.tolist()]
+                keys = [index_key(i) for i in keys.tolist()]
+            else:
+                keys = [key.decode("utf-8") for key in keys]
         columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
                    for name, spec in self.fields.items()]
         samples = []
         for row, key in enumerate(keys):
-            sample = {KEY: key.decode("utf-8")}
+            sample = {KEY: key}
             for name, dtype, column in columns:
                 value = column[row]
                 if dtype == "bytes":
@@ -334,10 +337,10 @@ class Reader(ProcessReader):
         columns = {name: np.ascontiguousarray(rows[member])
                    for name, member in layout["members"].items()}
         labels = file["cls"][first:first + count].tolist() if "cls" in self.fields else None
-        samples = []
+        keys, samples = index_keys(first, count), []
         for i in range(count):
             at = i * stride
-            sample = {KEY: f"{first + i:010d}"}
+            sample = {KEY: keys[i]}
             for name, column in columns.items():
                 # a copy per window: overlapping windows must not share memory
                 sample[name] = (column[at:at + window].copy() if window

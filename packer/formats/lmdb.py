@@ -4,7 +4,7 @@
       manifest.json
       data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
 
-    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded)
+    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY)
     value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}
     key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
 
@@ -21,10 +21,10 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats.base import ProcessReader, Writer, msgpack_default
+from packer.formats.base import ProcessReader, Writer
+from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, msgpack_default
 
 META_KEY = b"__meta__"
-KEY_FORMAT = "%010d"
 
 
 def initial_map_size(input_bytes: int) -> int:
@@ -33,7 +33,7 @@ def initial_map_size(input_bytes: int) -> int:
 
 
 def sample_key(index: int) -> bytes:
-    return b"%010d" % index
+    return INDEX_KEY_BYTES % index
 
 
 def decode_value(value: bytes) -> dict:
@@ -82,7 +82,7 @@ class LmdbWriter(Writer):
 
     def finish(self, manifest: dict) -> None:
         meta = {"count": manifest["count"], "classes": manifest["classes"],
-                "fields": manifest["fields"], "key_format": KEY_FORMAT,
+                "fields": manifest["fields"], "key_format": INDEX_KEY,
                 "value_encoding": "msgpack"}
         self._commit([(META_KEY, json.dumps(meta).encode())])
         self.env.sync(True)

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from packer.formats.base import KEY, Writer, field_bytes
-from packer.keys import split_member
+from packer.formats.base import Writer
+from packer.sample import KEY, field_bytes, split_member
 
 SHARD_NAME = "shard-{:06d}.tar"
 _BLOCK = 512

@@ -28,12 +28,8 @@ import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
 from packer.errors import PackerError, UsageProblem
-from packer.formats.base import KEY, field_bytes
+from packer.sample import KEY, field_bytes, index_keys
 from packer.sources import files
-
-
-def _key(index: int) -> str:
-    return f"{index:010d}"
 
 
 class BinaryDump:
@@ -205,9 +201,9 @@ def read_job(job: tuple) -> list[tuple[dict, list]]:
     source, first, count = job
     columns = source.columns(first, count)
     labels = columns.pop("cls", None)
-    samples = []
+    keys, samples = index_keys(first, count), []
     for i in range(count):
-        sample = {KEY: _key(first + i)}
+        sample = {KEY: keys[i]}
         sample.update((name, np.asarray(column[i])) for name, column in columns.items())
         if labels is not None:
             sample["cls"] = int(labels[i])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packer.checks import check_file
 from packer.errors import PackerError
-from packer.keys import disambiguate, encode_key, split_name
+from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.labels import label_ids, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}

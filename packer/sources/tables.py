@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from packer.errors import PackerError, UsageProblem
-from packer.formats.base import KEY
 from packer.formats.hdf5 import columns_crc32
+from packer.sample import KEY, index_key
 from packer.tables.convert import (
     NA_POLICIES,
     TASKS,
@@ -46,8 +46,6 @@ from packer.tables.stats import Float32Exactness, RunningStats
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
 SAMPLE_ROWS = 10_000  # rows that decide which columns are numeric
 BLOCK_BYTES = 4 << 20  # bytes of features per HDF5 block
-def _key(index: int) -> str:
-    return f"{index:010d}"
 
 
 class TableSource:
@@ -328,7 +326,7 @@ class TableSource:
     def keys(self, first: int, count: int) -> list[str]:
         if not self.cols.key:
             rows = np.fromfile(self.spool / "rows", np.int64, count=count, offset=first * 8)
-            return [_key(int(r)) for r in rows]
+            return [index_key(r) for r in rows.tolist()]
         ends = np.fromfile(self.spool / "key_offsets", np.int64, count=count + 1,
                            offset=first * 8)
         with open(self.spool / "keys", "rb") as file:
