@@ -16,11 +16,12 @@ __version__ = "0.1.0"
 # Names are imported when first used, so that `packer pack` starts without numpy,
 # torch or h5py unless the job needs them.
 _LAZY_NAMES = {
-    "iter_samples": "packer.dataset", "load_manifest": "packer.manifest",
-    "PackOptions": "packer.packing", "pack": "packer.packing", "unpack": "packer.unpack",
-    "verify": "packer.verify", "DataLoader": "packer.loader",
-    "PackedDataset": "packer.loader", "open_dataset": "packer.loader",
-    "collate_samples": "packer.loader",
+    "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
+    "PackOptions": "packer.pack.pipeline", "pack": "packer.pack.pipeline",
+    "unpack": "packer.unpack",
+    "verify": "packer.verify", "DataLoader": "packer.read.loader",
+    "PackedDataset": "packer.read.loader", "open_dataset": "packer.read.loader",
+    "collate_samples": "packer.read.loader",
 }
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import psutil
 import torch
 
-from packer.checks import check_file
-from packer.decode import IMAGE_FIELDS, rgb8_tensor
 from packer.errors import UsageProblem
-from packer.loader import open_dataset
 from packer.manifest import MANIFEST_NAME, load_manifest
-from packer.sources.files import read_file, scan_folder
+from packer.read.decode import IMAGE_FIELDS, rgb8_tensor
+from packer.read.loader import open_dataset
+from packer.sources.files.checks import check_file
+from packer.sources.files.scan import read_file, scan_folder
 
 
 @dataclass

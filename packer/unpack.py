@@ -7,9 +7,9 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from packer.dataset import iter_samples, label_field, open_packed
 from packer.errors import DatasetError, UsageProblem
 from packer.manifest import partial_path
+from packer.read.dataset import iter_samples, label_field, open_packed
 from packer.sample import KEY, field_bytes, restored_path
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output

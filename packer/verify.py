@@ -9,10 +9,10 @@ from pathlib import Path
 import msgpack
 from tqdm import tqdm
 
-from packer.dataset import label_field, open_packed
 from packer.errors import UsageProblem
+from packer.read.dataset import label_field, open_packed
 from packer.sample import KEY, restored_path, sample_digest
-from packer.sources.files import scan_folder
+from packer.sources.files.scan import scan_folder
 
 MAX_PROBLEMS = 100
 _UNLOCATED = ("{name}: every member reads as tar, so the change is in a file's bytes or in "

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from conftest import run
-from packer import packing
 from packer.cli import pack
-from packer.pack_options import EVERY_PACK, PACK_OPTIONS
+from packer.pack import pipeline as packing
+from packer.pack.options import EVERY_PACK, PACK_OPTIONS
 
 
 def refused(*args) -> str:

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES, format_module
 from packer.formats.base import encode_chunk
+from packer.read.decode import Decoder
 from packer.sample import field_bytes
 
 FIELDS = {"bin": {"dtype": "bytes"}, "cls": {"dtype": "int64"},

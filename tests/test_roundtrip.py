@@ -11,8 +11,8 @@ import pytest
 import webdataset
 
 from conftest import run, source_files
-from packer.dataset import iter_samples
 from packer.formats import FORMAT_NAMES
+from packer.read.dataset import iter_samples
 from packer.sample import restored_path
 
 

@@ -14,7 +14,7 @@ column arrays, which HDF5 stores without a per-sample step. A sample is a dict
 
 from pathlib import Path
 
-from packer.sources import files
+from packer.sources.files.scan import read_job, scan_folder
 from packer.tables import TABLE_SUFFIXES
 
 
@@ -26,15 +26,15 @@ def is_table(path: Path) -> bool:
 def open_source(path: Path, options):
     """The source for `path`, and the function its jobs are read with in the workers."""
     if options.spec:
-        from packer.sources.binary import open_binary
+        from packer.sources.binary.source import open_binary
 
         return open_binary(path, options)
     if is_table(path):
-        from packer.sources.tables import open_table_source
+        from packer.sources.tables.source import open_table_source
 
         return open_table_source(path, options)
-    scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
-                             group_by_stem=options.group_by_stem,
-                             follow_symlinks=options.follow_symlinks,
-                             labels_encoding=options.encoding)
-    return scan, files.read_job
+    scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
+                       group_by_stem=options.group_by_stem,
+                       follow_symlinks=options.follow_symlinks,
+                       labels_encoding=options.encoding)
+    return scan, read_job

@@ -29,7 +29,7 @@ import numpy as np
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
 from packer.errors import PackerError, UsageProblem
 from packer.sample import KEY, field_bytes, index_keys
-from packer.sources import files
+from packer.sources.files import scan as files
 
 
 class BinaryDump:

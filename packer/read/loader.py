@@ -7,7 +7,7 @@
         for batch in loader: ...
     state = ds.state_dict()      # resume mid-epoch: ds.load_state_dict(state)
 
-Each worker of each rank reads the part of the epoch that `packer.plan` gives it,
+Each worker of each rank reads the part of the epoch that `packer.read.plan` gives it,
 in windows of contiguous samples, and decodes in the worker. Reading handles are
 opened lazily in the process that reads, never inherited across fork, so `spawn`
 works as well as `fork`.
@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
-from packer import plan
-from packer.dataset import Source, open_source
-from packer.decode import IMAGE_FIELDS, Decoder
+from packer.read import plan
+from packer.read.dataset import Source, open_source
+from packer.read.decode import IMAGE_FIELDS, Decoder
 from packer.sample import KEY
 
 ON_ERROR = ("warn", "skip", "raise")

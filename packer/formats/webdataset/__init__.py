@@ -157,7 +157,7 @@ def int_fields(manifest: dict) -> set[str]:
 
 
 def reader(folder: Path, manifest: dict):
-    from packer.formats.tarindex import Reader
+    from packer.formats.webdataset.tarindex import Reader
 
     return Reader([str(folder / p["name"]) for p in manifest["parts"]], int_fields(manifest))
 

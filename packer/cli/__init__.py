@@ -8,14 +8,8 @@ from pathlib import Path
 import click
 
 from packer import __version__
-from packer.checks import CHECK_MODES
-from packer.cli_binary import inspect_binary
-from packer.cli_tables import inspect_table, table_text
-from packer.errors import PackerError, UsageProblem
-from packer.formats import FORMAT_NAMES
-from packer.pack_options import check_pack_options
-from packer.parallel import tune_for_packing
-from packer.report import (
+from packer.cli.binary_commands import inspect_binary
+from packer.cli.report import (
     empty_classes,
     inspect_text,
     labels_text,
@@ -23,6 +17,12 @@ from packer.report import (
     pack_text,
     verify_text,
 )
+from packer.cli.table_commands import inspect_table, table_text
+from packer.errors import PackerError, UsageProblem
+from packer.formats import FORMAT_NAMES
+from packer.pack.options import check_pack_options
+from packer.pack.parallel import tune_for_packing
+from packer.sources.files.checks import CHECK_MODES
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -222,8 +222,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./images --to webdataset -o ./images-wds --max-count 10000
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
     """
-    from packer.packing import PackOptions
-    from packer.packing import pack as run_pack
+    from packer.pack.pipeline import PackOptions
+    from packer.pack.pipeline import pack as run_pack
 
     if out.exists() and not out.is_dir():
         raise UsageProblem(f"-o {out} is a file; choose a folder")

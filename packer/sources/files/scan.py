@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from packer.checks import check_file
 from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
-from packer.sources.labels import label_ids, read_labels_file
+from packer.sources.files.checks import check_file
+from packer.sources.files.labels import label_ids, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}

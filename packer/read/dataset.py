@@ -3,10 +3,11 @@
 from collections.abc import Iterator
 from pathlib import Path
 
-from packer import shards
 from packer.errors import DatasetError
-from packer.formats import format_module, tarindex
+from packer.formats import format_module
+from packer.formats.webdataset import tarindex
 from packer.manifest import MANIFEST_NAME, load_manifest
+from packer.read import shards
 
 
 def open_packed(path: Path) -> tuple[dict, object]:

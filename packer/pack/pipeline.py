@@ -18,17 +18,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from packer import __version__
+from packer.cli.report import nothing_packed
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
-from packer.parallel import ordered_map
-from packer.report import nothing_packed
-from packer.resume import check_unchanged
+from packer.pack.parallel import ordered_map
+from packer.pack.resume import check_unchanged
+from packer.pack.tally import Tally
 from packer.sample import LAYOUT_VERSION
 from packer.sources import is_table, open_source
-from packer.sources.files import read_file
-from packer.tally import Tally
+from packer.sources.files.scan import read_file
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
@@ -103,7 +103,7 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
 
 
 def _plan(source, options: PackOptions) -> dict:
-    from packer.pack_options import PACK_OPTIONS
+    from packer.pack.options import PACK_OPTIONS
 
     # What a resumed run must match: the input and the options that shape this format.
     shaping = {name: value for name, value in options.recorded().items()
