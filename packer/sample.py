@@ -25,6 +25,11 @@ LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
 INDEX_KEY = "%010d"  # the key of sample i where its source gives none
 INDEX_KEY_BYTES = INDEX_KEY.encode()
 
+# The shapes in which a source offers its samples, and a format's writer takes them:
+SAMPLES = "samples"  # dicts, one by one (every source and every format)
+COLUMNS = "columns"  # blocks of column arrays, samples keyed by their index
+RECORDS = "records"  # a dump's records copied whole, samples keyed by their index
+
 
 def index_key(index: int) -> str:
     """`7` -> `0000000007`: the key of a sample known by its index."""
@@ -66,6 +71,17 @@ def value_size(value) -> int:
 def msgpack_default(value):
     """Lets msgpack carry arrays, as .npy bytes."""
     return _npy_bytes(value)
+
+
+def columns_crc32(columns: dict, crc: int = 0) -> int:
+    """The checksum of a block of samples given as column arrays (fields in name
+    order): the CRC-32 of zlib.crc32, computed by ISA-L (several times faster)."""
+    import numpy as np  # column blocks are numpy arrays; plain files never come here
+    from isal.isal_zlib import crc32
+
+    for name in sorted(columns):
+        crc = crc32(np.ascontiguousarray(columns[name]).data, crc)
+    return crc
 
 
 def sample_digest(sample: dict) -> bytes:

@@ -26,7 +26,7 @@ def _labels_file_name(manifest: dict) -> str:
     """Where the labels go: the labels file's own place in a packed folder, else
     `labels.csv`."""
     source = manifest["source"]
-    if source["kind"] == "files" and source.get("labels_file"):
+    if source.get("labels_file"):
         labels_file, root = Path(source["labels_file"]).resolve(), Path(source["path"])
         if labels_file.is_relative_to(root):
             return labels_file.relative_to(root).as_posix()

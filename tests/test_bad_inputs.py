@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import image_bytes, run
-from packer.pack.pipeline import PackOptions, pack
+from packer.packing.pipeline import PackOptions, pack
 from packer.read.dataset import iter_samples
 
 

@@ -80,9 +80,9 @@ class Writer:
     `finish(manifest)`.
     """
 
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
         self.folder = folder
-        self.plan = plan  # fields (name -> dtype), classes, input_bytes
+        self.setup = setup  # fields (name -> dtype), classes, input_bytes
         self.max_part_bytes = max_part_bytes
         self.max_part_count = max_part_count
         self.parts: list[dict] = []

@@ -21,10 +21,22 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
+from packer.formats import protocol
 from packer.formats.base import ProcessReader, Writer
-from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, msgpack_default
+from packer.formats.protocol import block_limits, no_layout_text, publish_folder, sample_problems
+from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
+NAME = "lmdb"
+PART = "part"  # samples committed in one write transaction
+SHAPES = (SAMPLES,)
+PACK_OPTIONS = frozenset()
+SAMPLE_DIGESTS = True
+READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
+DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"
+part_limits = block_limits
+publish = publish_folder
+layout_text = no_layout_text
 
 
 def initial_map_size(input_bytes: int) -> int:
@@ -40,17 +52,14 @@ def decode_value(value: bytes) -> dict:
     return msgpack.unpackb(value, raw=False)
 
 
-SAMPLE_DIGESTS = True
-
-
 def encode(sample: dict) -> list[bytes]:
     return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
 
 
 class LmdbWriter(Writer):
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
-        super().__init__(folder, plan, max_part_bytes, max_part_count)
-        self.env = lmdb.open(str(folder), map_size=initial_map_size(plan["input_bytes"]),
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, setup, max_part_bytes, max_part_count)
+        self.env = lmdb.open(str(folder), map_size=initial_map_size(setup["input_bytes"]),
                              subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
@@ -125,12 +134,21 @@ class Reader(ProcessReader):
         return [decode_value(v) for v in values]
 
 
-def reader(folder: Path, manifest: dict) -> Reader:
-    return Reader(folder, manifest)
+def reader(path: Path, manifest: dict) -> Reader:
+    return Reader(path, manifest)
 
 
-def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    return Reader(folder, manifest).read_part(part)
+def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    return Reader(path, manifest).read_part(part)
+
+
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    return [Path(path) / name for name in DATA_FILES]
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    return sample_problems(read_part(path, manifest, part), part, name, compare, READ_ERRORS)
 
 
 WRITER = LmdbWriter
