@@ -16,11 +16,14 @@ __version__ = "0.1.0"
 # Names are imported when first used, so that `packer pack` starts without numpy,
 # torch or h5py unless the job needs them.
 _LAZY_NAMES = {
-    "iter_samples": "packer.dataset", "load_manifest": "packer.manifest",
-    "PackOptions": "packer.packing", "pack": "packer.packing", "unpack": "packer.unpack",
-    "verify": "packer.verify", "DataLoader": "packer.loader",
-    "PackedDataset": "packer.loader", "open_dataset": "packer.loader",
-    "collate_samples": "packer.loader",
+    "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
+    "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
+    "pack": "packer.packing.pipeline", "unpack": "packer.unpack", "verify": "packer.verify",
+    "DataLoader": "packer.read.loader", "PackedDataset": "packer.read.loader",
+    "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
+    "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
+    "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
+    "PackerGroup": "packer.cli.group",  # the error formatting of packer's command lines
 }
 
 
@@ -28,9 +31,12 @@ def __getattr__(name: str):
     if name in _LAZY_NAMES:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        # Bound here, so that `packer.verify` stays the function once the module
+        # `packer.verify` (which importing it made an attribute of packer) is loaded.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
 
 
-__all__ = ["DataLoader", "PackOptions", "PackedDataset", "collate_samples", "iter_samples",
-           "load_manifest", "open_dataset", "pack", "unpack", "verify"]
+__all__ = sorted(_LAZY_NAMES)

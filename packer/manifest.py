@@ -12,9 +12,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from packer import formats
 from packer.errors import DatasetError, NoSuchDataset
-from packer.formats import FORMAT_NAMES
-from packer.formats.base import LAYOUT_VERSION
+from packer.sample import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
@@ -94,9 +94,9 @@ def check_manifest(manifest, path: Path) -> None:
 
 def _count_problem(manifest: dict) -> str | None:
     """Where the parts, the count and the classes disagree, or None."""
-    if manifest["format"] not in FORMAT_NAMES:
+    if manifest["format"] not in formats.registered():
         return (f"format {manifest['format']!r} is none that packer reads: "
-                f"{', '.join(FORMAT_NAMES)}")
+                f"{', '.join(formats.registered())}")
     first = 0
     for position, part in enumerate(manifest["parts"]):
         if part["index"] != position:

@@ -7,11 +7,10 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from packer.dataset import iter_samples, label_field, open_packed
 from packer.errors import DatasetError, UsageProblem
-from packer.formats.base import KEY, field_bytes
-from packer.keys import restored_path
 from packer.manifest import partial_path
+from packer.read.dataset import iter_samples, label_field, open_packed
+from packer.sample import KEY, field_bytes, restored_path
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
 
@@ -27,7 +26,7 @@ def _labels_file_name(manifest: dict) -> str:
     """Where the labels go: the labels file's own place in a packed folder, else
     `labels.csv`."""
     source = manifest["source"]
-    if source["kind"] == "files" and source.get("labels_file"):
+    if source.get("labels_file"):
         labels_file, root = Path(source["labels_file"]).resolve(), Path(source["path"])
         if labels_file.is_relative_to(root):
             return labels_file.relative_to(root).as_posix()

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import run
-from packer.dataset import iter_samples
-from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES
+from packer.read.dataset import iter_samples
+from packer.read.decode import Decoder
 
 IMU_RECORD = "Q3f3fH2x"  # u8 timestamp, f4 accel[3], f4 gyro[3], u2 status, 2 padding bytes
 
@@ -178,7 +178,7 @@ def test_hdf5_holds_the_records_readable_with_h5py_alone(tmp_path):
 
 
 def small_parts(monkeypatch, records: int) -> None:
-    from packer import packing
+    from packer.packing import pipeline as packing
 
     monkeypatch.setattr(packing, "RECORDS_PART_BYTES", records * 36)
 

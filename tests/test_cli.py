@@ -8,8 +8,8 @@ import pytest
 
 from conftest import run
 from packer.cli import cli
-from packer.dataset import iter_samples
 from packer.formats import FORMAT_NAMES
+from packer.read.dataset import iter_samples
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from conftest import run
-from packer import packing
 from packer.cli import pack
-from packer.pack_options import EVERY_PACK, PACK_OPTIONS
+from packer.packing import pipeline as packing
+from packer.packing.options import EVERY_PACK, PACK_OPTIONS
 
 
 def refused(*args) -> str:
@@ -161,7 +161,7 @@ def interrupt(monkeypatch, *args) -> None:
 
 
 def test_resume_ignores_options_the_format_ignores(monkeypatch, image_folder, tmp_path):
-    monkeypatch.setattr(packing, "BLOCK_COUNT", 3)
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)
     args = (image_folder, "--to", "hdf5", "-o", tmp_path / "h", "-q")
     interrupt(monkeypatch, *args, "--max-count", "500")
     run("pack", *args, "--resume")  # --max-count left out: hdf5 never read it

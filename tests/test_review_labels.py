@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import image_bytes, run
-from packer.report import nothing_packed
+from packer.packing.tally import nothing_packed
 
 
 @pytest.fixture

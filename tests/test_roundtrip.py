@@ -11,9 +11,9 @@ import pytest
 import webdataset
 
 from conftest import run, source_files
-from packer.dataset import iter_samples
 from packer.formats import FORMAT_NAMES
-from packer.keys import restored_path
+from packer.read.dataset import iter_samples
+from packer.sample import restored_path
 
 
 def plain_read(fmt: str, out) -> list[dict]:

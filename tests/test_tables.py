@@ -179,7 +179,7 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
 
 
 def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
-    import packer.sources.tables as tables
+    import packer.sources.tables.source as tables
 
     monkeypatch.setattr(tables, "CHUNK_CELLS", 64)  # many chunks and many HDF5 blocks
     monkeypatch.setattr(tables, "BLOCK_BYTES", 200)

@@ -59,7 +59,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 import packer
-from packer.bench import drop_cache, loose_images
+from packer.bench import drop_cache
+from packer.read.loose import loose_images
 
 FORMATS = {"wds": "webdataset", "lmdb": "lmdb", "hdf5": "hdf5"}
 _BLOBS: list[bytes] = []  # the images in memory, for the decode limit (inherited by fork)

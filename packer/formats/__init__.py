@@ -1,10 +1,13 @@
-"""The format registry: name -> module with `WRITER` and `read_part(folder, manifest, part)`.
+"""The format registry: name -> the module that implements packer.formats.protocol.Format.
 
-Modules are imported on first use, so packing tar shards never imports h5py or lmdb.
+A new format is one module here and one line below. Modules are imported on first
+use, so packing tar shards never imports h5py or lmdb.
 """
 
 import importlib
 from types import ModuleType
+
+from packer.errors import UsageProblem
 
 _MODULES = {
     "webdataset": "packer.formats.webdataset",
@@ -12,7 +15,17 @@ _MODULES = {
     "hdf5": "packer.formats.hdf5",
 }
 FORMAT_NAMES = tuple(_MODULES)
+DEFAULT_FORMAT = FORMAT_NAMES[0]
+
+
+def registered() -> tuple[str, ...]:
+    """The names of the formats registered now."""
+    return tuple(_MODULES)
 
 
 def format_module(name: str) -> ModuleType:
+    """The module of the format `name`."""
+    if name not in _MODULES:
+        raise UsageProblem(f"--to {name}: no such format; the formats are "
+                           f"{', '.join(_MODULES)}")
     return importlib.import_module(_MODULES[name])

@@ -4,7 +4,7 @@
       manifest.json
       data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
 
-    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded)
+    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY)
     value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}
     key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
 
@@ -22,10 +22,22 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats.base import ProcessReader, Writer, msgpack_default
+from packer.formats import protocol
+from packer.formats.base import ProcessReader, Writer
+from packer.formats.protocol import block_limits, no_layout_text, publish_folder, sample_problems
+from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
+NAME = "lmdb"
+PART = "part"  # samples committed in one write transaction
+SHAPES = (SAMPLES,)
+PACK_OPTIONS = frozenset()
+SAMPLE_DIGESTS = True
+READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
+DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"
-KEY_FORMAT = "%010d"
+part_limits = block_limits
+publish = publish_folder
+layout_text = no_layout_text
 
 
 def initial_map_size(input_bytes: int) -> int:
@@ -34,14 +46,11 @@ def initial_map_size(input_bytes: int) -> int:
 
 
 def sample_key(index: int) -> bytes:
-    return b"%010d" % index
+    return INDEX_KEY_BYTES % index
 
 
 def decode_value(value: bytes) -> dict:
     return msgpack.unpackb(value, raw=False)
-
-
-SAMPLE_DIGESTS = True
 
 
 def encode(sample: dict) -> list[bytes]:
@@ -49,9 +58,9 @@ def encode(sample: dict) -> list[bytes]:
 
 
 class LmdbWriter(Writer):
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
-        super().__init__(folder, plan, max_part_bytes, max_part_count)
-        self.env = lmdb.open(str(folder), map_size=initial_map_size(plan["input_bytes"]),
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, setup, max_part_bytes, max_part_count)
+        self.env = lmdb.open(str(folder), map_size=initial_map_size(setup["input_bytes"]),
                              subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
@@ -83,7 +92,7 @@ class LmdbWriter(Writer):
 
     def finish(self, manifest: dict) -> None:
         meta = {"count": manifest["count"], "classes": manifest["classes"],
-                "fields": manifest["fields"], "key_format": KEY_FORMAT,
+                "fields": manifest["fields"], "key_format": INDEX_KEY,
                 "value_encoding": "msgpack"}
         self._commit([(META_KEY, json.dumps(meta).encode())])
         self.env.sync(True)
@@ -157,12 +166,21 @@ def check_environment(folder: Path, count: int) -> None:
                            "it, or pack the source again)")
 
 
-def reader(folder: Path, manifest: dict) -> Reader:
-    return Reader(folder, manifest)
+def reader(path: Path, manifest: dict) -> Reader:
+    return Reader(path, manifest)
 
 
-def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    return Reader(folder, manifest).read_part(part)
+def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    return Reader(path, manifest).read_part(part)
+
+
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    return [Path(path) / name for name in DATA_FILES]
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    return sample_problems(read_part(path, manifest, part), part, name, compare, READ_ERRORS)
 
 
 WRITER = LmdbWriter

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from packer.checks import PIL_FORMATS
-from packer.formats.base import KEY
+from packer.sample import KEY
+from packer.sources.files.checks import PIL_FORMATS
 
 DECODE_MODES = ("rgb8", "pil", "raw")
 IMAGE_FIELDS = {"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "ppm", "pgm"}

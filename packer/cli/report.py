@@ -2,21 +2,12 @@
 
 from pathlib import Path
 
-from packer.keys import split_name
+from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
+from packer.sample import split_name
+from packer.text import names_text, plural
 
 LIST_LIMIT = 20
-NAMES_LIMIT = 5
-
-
-def _names(names: list[str], total: int | None = None) -> str:
-    """The first few names, and `...` when there are more."""
-    more = (total if total is not None else len(names)) > NAMES_LIMIT
-    return ", ".join(names[:NAMES_LIMIT]) + (", ..." if more else "")
-
-
-def _plural(count: int, word: str, words: str | None = None) -> str:
-    return f"{count:,} {word if count == 1 else words or word + 's'}"
 
 
 def _mb(n: int) -> str:
@@ -57,7 +48,7 @@ def labels_text(manifest: dict) -> str:
              "column": "column " + ", ".join(source.get("label_columns") or []),
              "record-field": f"record field {source.get('label_field')}"}.get(kind, kind)
     classes = manifest.get("classes")
-    text = f"{where} ({_plural(len(classes), 'class', 'classes')})" if classes else where
+    text = f"{where} ({plural(len(classes), 'class', 'classes')})" if classes else where
     return text + _labels_file_notes(source.get("labels_read") or {}, classes or [])
 
 
@@ -79,7 +70,7 @@ def _labels_file_notes(read: dict, classes: list[str]) -> str:
 def _no_labels_text(source: dict) -> str:
     if not source.get("top_files"):
         return "none"
-    names = _names(source["top_files"], source["top_file_count"])
+    names = names_text(source["top_files"], source["top_file_count"])
     return (f"none — {source['path']} has files at its top level ({names}) so it is not "
             "an ImageFolder layout; move them or pass --labels")
 
@@ -98,42 +89,15 @@ def _shared_stems(manifest: dict) -> list[str]:
     return [stem for stem in manifest.get("shared_stems") or [] if stem not in skipped]
 
 
-def _reason_groups(skipped: list[dict]) -> list[tuple[str, list[str]]]:
-    """(reason, paths) for each reason, the most frequent first."""
-    groups: dict[str, list[str]] = {}
-    for entry in skipped:
-        groups.setdefault(entry["reason"], []).append(entry["path"])
-    return sorted(groups.items(), key=lambda group: -len(group[1]))
-
-
-def nothing_packed(source: Path, skipped: list[dict], label_names: list[str] = ()) -> str:
-    """Why a pack has no sample: every skip reason with its count and a few paths, and
-    what the labels file names when inputs had no label in it."""
-    if not skipped:
-        return f"{source}: nothing to pack: no input files (hidden files and OS junk are ignored)"
-    groups, texts = _reason_groups(skipped), []
-    for reason, paths in groups[:NAMES_LIMIT]:
-        example = f"e.g. {_names(paths)}"
-        if reason.startswith("no label in") and label_names:
-            example += (f" — the labels file names {_names(sorted(label_names))}; paths are "
-                        f"relative to {source}")
-        texts.append(f"{reason}: {len(paths):,} ({example})")
-    if len(groups) > NAMES_LIMIT:
-        texts.append(f"and {_plural(len(groups) - NAMES_LIMIT, 'other reason')}")
-    return f"{source}: nothing to pack: all {len(skipped):,} inputs were skipped: " + "; ".join(
-        texts)
-
-
 def pack_text(manifest: dict, out: Path) -> str:
     s = pack_summary(manifest, out)
-    unit = "shard" if manifest["format"] == "webdataset" else "part"
+    layout = format_module(manifest["format"])
+    unit = layout.PART
     unit += "" if s["parts"] == 1 else "s"
     lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
-    if manifest.get("records") and manifest["records"]["window"]:
-        lines.append(f"{records_text(manifest)}: overlapping windows are stored once, in "
-                     f"{_mb(s['output_bytes'])}")
+    lines += filter(None, [layout.layout_text(manifest)])
     where = str(out / MANIFEST_NAME)
     if manifest["skipped"]:
         lines.append(f"skipped {s['skipped']:,} inputs:")
@@ -152,30 +116,18 @@ def pack_text(manifest: dict, out: Path) -> str:
         why = ("extensions that differ only in case, which WebDataset would merge"
                if manifest["options"].get("group_by_stem") else "--group-by-stem joins them")
         lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
-                     f"samples ({why}): {_names(stems)}")
+                     f"samples ({why}): {names_text(stems)}")
     if manifest.get("unmatched_labels"):
         names = manifest["unmatched_labels"]
-        lines.append(f"{len(names):,} rows of the labels file name no file: {_names(names)}")
+        lines.append(f"{len(names):,} rows of the labels file name no file: {names_text(names)}")
     return "\n".join(lines + _labels_lines(manifest))
 
 
 def _labels_lines(manifest: dict) -> list[str]:
     lines = [f"labels: {labels_text(manifest)}"]
     if empty_classes(manifest):
-        lines.append(f"classes with no samples: {_names(empty_classes(manifest))}")
+        lines.append(f"classes with no samples: {names_text(empty_classes(manifest))}")
     return lines
-
-
-def records_text(manifest: dict) -> str | None:
-    """How data.h5 holds a binary dump: `stored as records: 138,888 records of 36 bytes
-    in data.h5 "records"; sample i is records i*128 .. i*128+255`."""
-    layout = manifest.get("records")
-    if not layout:
-        return None
-    window, stride = layout["window"], layout["stride"]
-    sample = (f"records i*{stride} .. i*{stride}+{window - 1}" if window else "record i")
-    return (f"stored as records: {layout['records']:,} records in data.h5 "
-            f"\"{layout['dataset']}\"; sample i is {sample}")
 
 
 def inspect_text(manifest: dict, path: Path) -> str:
@@ -184,7 +136,7 @@ def inspect_text(manifest: dict, path: Path) -> str:
              f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
              f"{manifest['created']}", *_labels_lines(manifest)]
-    lines += [records_text(manifest)] if manifest.get("records") else []
+    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest)])
     lines.append("fields:")
     for name, info in manifest["fields"].items():
         size = "" if name == "cls" else f", {_mb(info['bytes'])}"
@@ -217,7 +169,7 @@ def _ignored_text(manifest: dict) -> str:
 def verify_text(report: dict) -> str:
     if report["ok"]:
         return f"OK: {report['count']:,} samples in {report['dataset']} verified"
-    lines = [f"FAILED: {_plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
+    lines = [f"FAILED: {plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
     lines += [f"  {p}" for p in report["problems"]]
     if report["problem_count"] > len(report["problems"]):
         lines.append(f"  ... and {report['problem_count'] - len(report['problems']):,} more")

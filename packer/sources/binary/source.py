@@ -13,9 +13,9 @@ Two shapes of input:
   from the folder layout or `--labels`, as for the files source, and a file that
   does not fit the spec is skipped with the reason.
 
-Samples of a dump are read a range at a time (`np.fromfile`). Into HDF5 the dump's
-records are copied whole (`records_layout`, `write_records`), each once even where
-windows overlap; no Python loop runs per record.
+Samples of a dump are read a range at a time (`np.fromfile`). A format that takes
+RECORDS (HDF5) gets the dump's records copied whole (`records_layout`, `write_records`),
+each once even where windows overlap; no Python loop runs per record.
 """
 
 import hashlib
@@ -28,18 +28,16 @@ import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
 from packer.errors import PackerError, UsageProblem
-from packer.formats.base import KEY, field_bytes
-from packer.sources import files
+from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
+from packer.sources.base import Source
+from packer.sources.files.scan import SIDECAR_FIELDS, read_file, scan_folder
 
 
-def _key(index: int) -> str:
-    return f"{index:010d}"
-
-
-class BinaryDump:
+class BinaryDump(Source):
     """One dump as records or windows; picklable (the dump is reopened per job)."""
 
     kind = "binary"
+    SHAPES = (RECORDS, SAMPLES)
 
     def __init__(self, path: Path, options):
         self.path, self.spec_name = Path(path), options.spec
@@ -134,7 +132,7 @@ class BinaryDump:
         return np.searchsorted(self.values, labels)
 
     def records_layout(self) -> dict:
-        """How HDF5 stores the dump: every record once, in one compound dataset (the
+        """The dump as RECORDS: every record once, in one compound dataset (the
         record's fields at their offsets, in native byte order); sample i is record i,
         or records i*stride .. i*stride+window-1. Members name the fields' records."""
         return {"dataset": "records", "records": self.dump.count, "samples": self.count,
@@ -201,13 +199,13 @@ def _plain(header: dict) -> dict:
 
 
 def read_job(job: tuple) -> list[tuple[dict, list]]:
-    """Samples of a dump as dicts of arrays, for tar shards and LMDB."""
+    """Samples of a dump as dicts of arrays (the SAMPLES shape)."""
     source, first, count = job
     columns = source.columns(first, count)
     labels = columns.pop("cls", None)
-    samples = []
+    keys, samples = index_keys(first, count), []
     for i in range(count):
-        sample = {KEY: _key(first + i)}
+        sample = {KEY: keys[i]}
         sample.update((name, np.asarray(column[i])) for name, column in columns.items())
         if labels is not None:
             sample["cls"] = int(labels[i])
@@ -222,13 +220,13 @@ class BinaryFolder:
 
     def __init__(self, path: Path, options):
         self.spec, self.tail = load_spec(options.spec), options.tail
-        self.scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
+        self.scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                                       follow_symlinks=options.follow_symlinks,
                                       labels_encoding=options.encoding)
         names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
         self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)
-                                 if f.lower() in files.SIDECAR_FIELDS})
+                                 if f.lower() in SIDECAR_FIELDS})
         if self.scan.label_source != "none":
             self.field_specs["cls"] = {"dtype": "int64"}
 
@@ -256,8 +254,8 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
     for key, files_of_sample, label in sources:
         sample = {KEY: key}
         for field_name, rel_path in files_of_sample:
-            if field_name.lower() in files.SIDECAR_FIELDS:  # notes beside a file: as bytes
-                sample[field_name] = files.read_file(f"{root}/{rel_path}")
+            if field_name.lower() in SIDECAR_FIELDS:  # notes beside a file: as bytes
+                sample[field_name] = read_file(f"{root}/{rel_path}")
                 continue
             try:
                 arrays = record_arrays(open_dump(Path(root) / rel_path, spec, tail).records(),
@@ -272,9 +270,3 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
             out.append((sample, []))
     return out
 
-
-def open_binary(path: Path, options):
-    """The source and the module-level function its jobs are read with."""
-    if Path(path).is_dir():
-        return BinaryFolder(path, options), read_folder_job
-    return BinaryDump(path, options), read_job

@@ -21,17 +21,18 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from packer.checks import check_file
 from packer.errors import PackerError
-from packer.keys import disambiguate, encode_key, split_name
-from packer.sources.labels import label_ids, read_labels_file
+from packer.sample import disambiguate, encode_key, split_name
+from packer.sources.base import Source
+from packer.sources.files.checks import check_file
+from packer.sources.files.labels import label_ids, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
 
 
 @dataclass(slots=True)
-class SampleSource:
+class SampleFiles:
     """One sample to pack: its key, its files as (field, path relative to root)."""
 
     key: str
@@ -51,7 +52,9 @@ class Notes:
 
 
 @dataclass
-class Scan:
+class Scan(Source):
+    """A folder, scanned: its layout, labels and sample count (packer.sources.base.Source)."""
+
     root: Path
     group_by_stem: bool
     follow_symlinks: bool
@@ -120,14 +123,14 @@ class Scan:
             "unmatched_labels": self.unmatched_labels,
         }
 
-    def samples(self, notes: Notes | None = None) -> Iterator[SampleSource]:
+    def samples(self, notes: Notes | None = None) -> Iterator[SampleFiles]:
         """Every sample in order; what is skipped on the way goes to `notes`."""
         notes = notes if notes is not None else Notes()
         walk = _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes)
         for folder, files in walk:
             yield from self._folder_samples(folder, files, notes)
 
-    def _folder_samples(self, folder: str, files: list, notes: Notes) -> list[SampleSource]:
+    def _folder_samples(self, folder: str, files: list, notes: Notes) -> list[SampleFiles]:
         groups: dict[str, list[tuple[str, str]]] = {}
         for name in files:
             stem, field_name = split_name(name)
@@ -139,10 +142,10 @@ class Scan:
             distinct = len({f.lower() for f, _ in members}) == len(members)
             if len(members) == 1 or distinct and (self.group_by_stem
                                                   or _main_files(members) <= 1):
-                samples.append(SampleSource(key, members))
+                samples.append(SampleFiles(key, members))
                 continue
             notes.shared_stems.append(stem_path)
-            samples += [SampleSource(disambiguate(key, m[0]), [m]) for m in members]
+            samples += [SampleFiles(disambiguate(key, m[0]), [m]) for m in members]
         samples.sort(key=lambda s: s.key)
         if self.label_source == "none":
             return samples
@@ -155,7 +158,7 @@ class Scan:
             return samples
         return [s for s in samples if self._label_from_file(s, notes)]
 
-    def _drop_cls_files(self, samples: list[SampleSource], notes: Notes) -> list:
+    def _drop_cls_files(self, samples: list[SampleFiles], notes: Notes) -> list:
         """A `.cls` file would clash with the label the layout gives; list it as skipped."""
         origin = "the class folder" if self.labels is None else Path(self.labels_file).name
         for sample in samples:
@@ -164,7 +167,7 @@ class Scan:
             sample.files = [(f, p) for f, p in sample.files if f.lower() != "cls"]
         return [s for s in samples if s.files]
 
-    def _label_from_file(self, sample: SampleSource, notes: Notes) -> bool:
+    def _label_from_file(self, sample: SampleFiles, notes: Notes) -> bool:
         """Label the sample from the labels file; False if it has no row there."""
         names = [p for _, p in sample.files if p in self.labels]
         if not names:
@@ -340,7 +343,7 @@ def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list
     return sample, []
 
 
-def read_job(job: tuple[str, str, list[SampleSource]]) -> list[tuple[dict | None, list]]:
+def read_job(job: tuple[str, str, list[SampleFiles]]) -> list[tuple[dict | None, list]]:
     """Read and check one unit of worker work made by `Scan.jobs`."""
     root, check, sources = job
     return [read_sample(root, source, check) for source in sources]

@@ -9,8 +9,8 @@ cell is converted and checked, text labels and --categorical values collect thei
 names, per-feature statistics are merged, and the converted rows are spooled to a
 temporary folder as raw float32. So every error surfaces before any output exists,
 memory does not grow with the rows, and packing then reads the spool: contiguous
-slices, no second parse. Into HDF5 the spool goes as column blocks
-(`features` (N, F) float32, `labels`); into tar shards and LMDB row by row.
+slices, no second parse. A format that takes COLUMNS (HDF5) gets the
+spool as blocks of columns (`features` (N, F) float32, `labels`); the others row by row.
 """
 
 import hashlib
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from packer.errors import PackerError, UsageProblem
-from packer.formats.base import KEY
-from packer.formats.hdf5 import columns_crc32
+from packer.sample import COLUMNS, KEY, SAMPLES, columns_crc32, index_key
+from packer.sources.base import Source
 from packer.tables.convert import (
     NA_POLICIES,
     TASKS,
@@ -45,21 +45,24 @@ from packer.tables.stats import Float32Exactness, RunningStats
 
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
 SAMPLE_ROWS = 10_000  # rows that decide which columns are numeric
-BLOCK_BYTES = 4 << 20  # bytes of features per HDF5 block
-def _key(index: int) -> str:
-    return f"{index:010d}"
+BLOCK_BYTES = 4 << 20  # bytes of features per block of columns
 
 
-class TableSource:
-    """One table, checked and spooled; picklable (workers read the spool)."""
+class TableSource(Source):
+    """One table, checked and spooled; picklable (workers read the spool). A table
+    keyed by its row numbers is also offered as blocks of columns."""
 
     kind = "table"
     key_dataset = "keys"
 
     @property
-    def hdf5_attrs(self) -> dict:
-        """Attributes of the HDF5 file: the feature columns' names, in order."""
+    def attrs(self) -> dict:
+        """What a format that keeps attributes records: the feature columns' names."""
         return {"feature_names": list(self.features)}
+
+    @property
+    def SHAPES(self) -> tuple[str, ...]:  # noqa: N802 (the protocol's name)
+        return (COLUMNS, SAMPLES) if self.implicit_keys else (SAMPLES,)
 
     def __init__(self, path: Path, options):
         self.path = Path(path)
@@ -328,7 +331,7 @@ class TableSource:
     def keys(self, first: int, count: int) -> list[str]:
         if not self.cols.key:
             rows = np.fromfile(self.spool / "rows", np.int64, count=count, offset=first * 8)
-            return [_key(int(r)) for r in rows]
+            return [index_key(r) for r in rows.tolist()]
         ends = np.fromfile(self.spool / "key_offsets", np.int64, count=count + 1,
                            offset=first * 8)
         with open(self.spool / "keys", "rb") as file:
@@ -365,11 +368,8 @@ class TableSource:
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_cleanup"}
 
-
-class ColumnarTableSource(TableSource):
-    """A table whose keys are its row numbers: HDF5 stores it as column blocks."""
-
     def blocks(self, start: int) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+        """The rows from `start` on as blocks of columns, with their columns_crc32."""
         size = max(1, BLOCK_BYTES // (4 * max(1, len(self.features))))
         for first in range(start, self.count, size):
             columns = self.columns(first, min(size, self.count - first))
@@ -377,7 +377,7 @@ class ColumnarTableSource(TableSource):
 
 
 def read_job(job: tuple) -> list[tuple[dict, list]]:
-    """A run of rows as samples, for tar shards and LMDB."""
+    """A run of rows as samples (the SAMPLES shape)."""
     source, first, count = job
     columns = source.columns(first, count)
     keys = source.keys(first, count)
@@ -391,10 +391,3 @@ def read_job(job: tuple) -> list[tuple[dict, list]]:
         samples.append((sample, []))
     return samples
 
-
-def open_table_source(path: Path, options):
-    """The source and the function its jobs are read with."""
-    source = TableSource(path, options)
-    if source.implicit_keys:
-        source.__class__ = ColumnarTableSource
-    return source, read_job

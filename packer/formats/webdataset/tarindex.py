@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY
-from packer.keys import split_member
+from packer.sample import KEY, split_member
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)

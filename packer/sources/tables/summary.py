@@ -1,43 +1,4 @@
-"""The `inspect-table` command, and the table lines of `pack`'s summary."""
-
-import json
-from pathlib import Path
-
-import click
-
-
-@click.command("inspect-table")
-@click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--sheet", metavar="NAME", help="Excel: the sheet to show (default: the first).")
-@click.option("--header-row", type=click.IntRange(min=1), metavar="N",
-              help="The row (1-based) holding the column names (default: guessed).")
-@click.option("--skip-rows", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Rows to skip after the header.")
-@click.option("--delimiter", metavar="CHAR", help="CSV: the delimiter (default: detected).")
-@click.option("--encoding", metavar="NAME", help="CSV: the encoding (default: detected).")
-@click.option("--decimal", type=click.Choice([".", ","]),
-              help="CSV: the decimal mark (default: detected).")
-@click.option("--rows", type=click.IntRange(min=0), default=5, show_default=True,
-              help="First data rows to show.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def inspect_table(path, sheet, header_row, skip_rows, delimiter, encoding, decimal, rows,
-                  as_json):
-    """Show a table as `packer pack` would read it: sheets, the header row, each column's
-    inferred type, empty and non-numeric counts, and the first rows.
-
-    \b
-    Example:
-      packer inspect-table ./export.xlsx
-      packer inspect-table ./export.xlsx --sheet Results --header-row 3 --json
-      packer inspect-table ./data.csv --encoding gbk
-    """
-    from packer.tables.inspect import inspect_table as run_inspect
-    from packer.tables.inspect import inspect_text
-
-    report = run_inspect(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
-                         delimiter=delimiter, encoding=encoding, decimal=decimal, rows=rows)
-    click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
-               else inspect_text(report))
+"""What a pack took from a table, as the lines of its summary."""
 
 
 def _rows(count: int) -> str:

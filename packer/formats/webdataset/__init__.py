@@ -21,10 +21,21 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from packer.formats.base import KEY, Writer, field_bytes
-from packer.keys import split_member
+from packer.errors import DatasetError
+from packer.formats import protocol
+from packer.formats.base import Writer
+from packer.formats.protocol import no_layout_text, publish_folder, sample_problems
+from packer.sample import KEY, SAMPLES, field_bytes, split_member
 
+NAME = "webdataset"
+PART = "shard"
+SHAPES = (SAMPLES,)
+PACK_OPTIONS = frozenset({"shard_size", "max_count"})
+SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
+READ_ERRORS = (*protocol.READ_ERRORS, tarfile.TarError)
 SHARD_NAME = "shard-{:06d}.tar"
+publish = publish_folder
+layout_text = no_layout_text
 _BLOCK = 512
 _RECORD = 10240
 
@@ -54,7 +65,9 @@ def _header(name: str, size: int) -> bytes:
     return b"".join((raw, _NAME_FILL[len(raw)], _IDS, size_field, _MTIME, checksum, _TAIL))
 
 
-SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
+def part_limits(options) -> tuple[int, int]:
+    """`--shard-size` and `--max-count` bound a shard."""
+    return options.shard_size, options.max_count or 1 << 62
 
 
 def encode(sample: dict) -> list[bytes]:
@@ -76,8 +89,8 @@ class TarWriter(Writer):
     encoding the next samples; at most two runs wait for it.
     """
 
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
-        super().__init__(folder, plan, max_part_bytes - 2 * _BLOCK, max_part_count)
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, setup, max_part_bytes - 2 * _BLOCK, max_part_count)
         self.shard_size = max_part_bytes
 
     def _begin_part(self, part: dict) -> None:
@@ -146,12 +159,12 @@ def read_shard(stream, int_fields: set[str] = frozenset()) -> Iterator[dict]:
         yield sample
 
 
-def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
+def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
     """A shard's samples through its index: a damaged header is an error naming its
     offset, where Python's tar reader would take it for the end of the archive."""
-    from packer.formats.tarindex import Reader
+    from packer.formats.webdataset.tarindex import Reader
 
-    return Reader([str(folder / part["name"])], int_fields(manifest)).read_part(0)
+    return Reader([str(Path(path) / part["name"])], int_fields(manifest)).read_part(0)
 
 
 def int_fields(manifest: dict) -> set[str]:
@@ -160,10 +173,52 @@ def int_fields(manifest: dict) -> set[str]:
             if f["dtype"] == "int64" and not n.endswith(".npy")}
 
 
-def reader(folder: Path, manifest: dict):
-    from packer.formats.tarindex import Reader
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    return [Path(path) / part["name"] for part in manifest["parts"]]
 
-    return Reader([str(folder / p["name"]) for p in manifest["parts"]], int_fields(manifest))
+
+def reader(path: Path, manifest: dict):
+    """Random access through each shard's member index (built here, once, and shared by
+    the workers); a shard whose sample count differs from the manifest is refused."""
+    from packer.formats.webdataset.tarindex import Reader
+
+    shards = Reader([str(p) for p in data_files(path, manifest)], int_fields(manifest))
+    for index, part in enumerate(manifest["parts"]):
+        if shards.count(index) != part["count"]:
+            raise DatasetError(f"{shards.paths[index]}: {shards.count(index):,} samples, the "
+                               f"manifest says {part['count']:,}")
+    return shards
+
+
+_UNLOCATED = ("{name}: every member reads as tar, so the change is in a file's bytes or in "
+              "padding; tar shards keep no per-sample digests, so `packer verify DATASET "
+              "--against SOURCE` is what names a changed file")
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    """The shard's size and sha256, and every sample read through."""
+    file_problems = _file_problems(Path(path), part)
+    problems, seen = sample_problems(read_part(path, manifest, part), part, name, compare,
+                                     READ_ERRORS)
+    if file_problems and not problems:
+        problems = [_UNLOCATED.format(name=name)]
+    return file_problems + problems, seen
+
+
+def _file_problems(folder: Path, part: dict) -> list[str]:
+    """A tar shard's size and sha256 against the manifest."""
+    path = folder / part["name"]
+    if not path.is_file():
+        return [f"{part['name']}: missing"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    if path.stat().st_size != part["bytes"] or digest.hexdigest() != part["sha256"]:
+        return [f"{part['name']}: {path.stat().st_size:,} bytes, sha256 {digest.hexdigest()[:12]}"
+                f"; the manifest says {part['bytes']:,} bytes, sha256 {part['sha256'][:12]}"]
+    return []
 
 
 WRITER = TarWriter

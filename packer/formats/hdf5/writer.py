@@ -1,31 +1,14 @@
-"""HDF5: one file, one dataset per field, row i of every dataset is sample i.
+"""The HDF5 writer: one dataset per field (or a dump's records), grown part by part.
 
-    OUT/
-      manifest.json
-      data.h5
-        __key__   (N,) utf-8 strings; none when sample i's key is its index (`%010d`)
-        jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
-        cls       (N,) int64 class ids
-        attrs     classes (names in id order), packer_manifest (the manifest as JSON)
-
-Datasets are chunked and resizable, and grow block by block as samples arrive,
-so memory does not grow with the dataset.
-
-A binary dump is stored as its records instead (the manifest's `records` says so):
-
-        records   (R,) compound: every record of the dump, its fields at their offsets
-                  in native byte order; sample i is record i, or with windows
-                  records i*stride .. i*stride+window-1
-        cls       (N,) int64 class ids, where the samples have classes
-
-Both are contiguous and allocated when created, so each part's records are copied
-to their place in the file by the kernel (`add_records`), not through HDF5.
+Datasets are chunked and resizable, and grow block by block as samples arrive, so
+memory does not grow with the dataset. A dump's records and class ids are contiguous
+and allocated when created, so each part's records are copied to their place in the
+file by the kernel (`add_records`), not through HDF5.
 """
 
 import io
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -34,9 +17,10 @@ import numpy as np
 from isal.isal_zlib import crc32
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, CannotResume, ProcessReader, Writer, msgpack_default
+from packer.formats.base import CannotResume, Writer
+from packer.sample import KEY
 
-FILE_NAME = "data.h5"
+FILE_NAME = "data.h5"  # the file in the folder a pack writes
 INTERRUPTED_NAME = "data.h5.interrupted"  # an interrupted run's file, while resuming
 _CHUNK = 1024
 _BLOCK = 512  # samples buffered before one write per dataset
@@ -53,21 +37,6 @@ def _layout(spec: dict) -> tuple[object, tuple[int, ...]]:
     return np.dtype(spec["dtype"]), tuple(spec.get("shape", ()))
 
 
-SAMPLE_DIGESTS = True
-
-
-def encode(sample: dict) -> list[bytes]:
-    """msgpack, to cross the process boundary in one piece; stored column by column."""
-    return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
-
-
-def _array(value) -> np.ndarray:
-    """A numeric field value: a number, an array, or .npy bytes (after msgpack)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return np.load(io.BytesIO(value), allow_pickle=False)
-    return np.asarray(value)
-
-
 def dataset_names(manifest_or_plan: dict) -> dict[str, str]:
     """Field -> HDF5 dataset name: the field's own name unless its spec gives a
     `dataset` (tables store `features`, `labels`, `keys`)."""
@@ -75,6 +44,13 @@ def dataset_names(manifest_or_plan: dict) -> dict[str, str]:
     names.update((name, spec.get("dataset", name))
                  for name, spec in manifest_or_plan["fields"].items())
     return names
+
+
+def _array(value) -> np.ndarray:
+    """A numeric field value: a number, an array, or .npy bytes (after msgpack)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return np.load(io.BytesIO(value), allow_pickle=False)
+    return np.asarray(value)
 
 
 def _chunk_rows(spec: dict, dtype, shape: tuple) -> int:
@@ -85,20 +61,12 @@ def _chunk_rows(spec: dict, dtype, shape: tuple) -> int:
     return max(1, (256 << 10) // max(1, int(np.prod(shape)) * dtype.itemsize))
 
 
-def columns_crc32(columns: dict[str, np.ndarray], crc: int = 0) -> int:
-    """The checksum of a block of samples stored as columns (fields in name order): the
-    CRC-32 of zlib.crc32, computed by ISA-L (several times faster)."""
-    for name in sorted(columns):
-        crc = crc32(np.ascontiguousarray(columns[name]).data, crc)
-    return crc
-
-
 class Hdf5Writer(Writer):
     """Writes data.h5; a part is a flushed block of samples."""
 
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
-        super().__init__(folder, plan, max_part_bytes, max_part_count)
-        path, self.records = folder / FILE_NAME, plan.get("records")
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, setup, max_part_bytes, max_part_count)
+        path, self.records = folder / FILE_NAME, setup.get("records")
         self.interrupted = folder / INTERRUPTED_NAME
         if path.exists() and not self.records:  # a resumed run: see truncate
             if self.interrupted.exists():  # left by a resume stopped while copying
@@ -107,11 +75,11 @@ class Hdf5Writer(Writer):
                 path.rename(self.interrupted)
         # No chunk cache: blocks are written to the file directly, not copied through it.
         self.file = h5py.File(path, "a" if path.exists() else "w", rdcc_nbytes=0)
-        self.fields = dict(plan["fields"])
+        self.fields = dict(setup["fields"])
         # Samples from column blocks have their index as key: no key dataset is written.
-        self.implicit_keys = bool(plan.get("implicit_keys"))
+        self.implicit_keys = bool(setup.get("implicit_keys"))
         self.columns = [*self.fields] if self.implicit_keys else [KEY, *self.fields]
-        self.names = dataset_names(plan)
+        self.names = dataset_names(setup)
         self._buffer: list[dict] = []
         self._datasets: dict[str, h5py.Dataset] = {}
         if self.records:
@@ -135,21 +103,21 @@ class Hdf5Writer(Writer):
             self.file.create_dataset(self.names[name], shape=(0, *shape), maxshape=(None, *shape),
                                      chunks=(_chunk_rows(specs[name], dtype, shape), *shape),
                                      dtype=dtype, track_times=False, **fill)
-        self.file.attrs["classes"] = self.plan.get("classes") or []
-        for name, value in (self.plan.get("attrs") or {}).items():  # e.g. feature names
+        self.file.attrs["classes"] = self.setup.get("classes") or []
+        for name, value in (self.setup.get("attrs") or {}).items():  # e.g. feature names
             self.file.attrs[name] = value
 
     def _open_records(self) -> int:
         """The records layout, created if new, and a descriptor to write its rows by."""
         layout = self.records
         if layout["dataset"] not in self.file:
-            self._contiguous(layout["dataset"], self.plan["record_dtype"], layout["records"])
+            self._contiguous(layout["dataset"], self.setup["record_dtype"], layout["records"])
             if "cls" in self.fields:
                 self._contiguous("cls", np.dtype("int64"), layout["samples"])
-            self.file.attrs["classes"] = self.plan.get("classes") or []
+            self.file.attrs["classes"] = self.setup.get("classes") or []
             self.file.flush()
         records = self._dataset(layout["dataset"])
-        if records.dtype != self.plan["record_dtype"] or len(records) != layout["records"]:
+        if records.dtype != self.setup["record_dtype"] or len(records) != layout["records"]:
             raise DatasetError(f"{self.file.filename}: its records ({len(records):,} of "
                                f"{records.dtype}) are not those of this dump and spec; start "
                                "over with --overwrite")
@@ -279,124 +247,3 @@ class Hdf5Writer(Writer):
             os.close(self._fd)
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
         self.file.close()
-
-
-class Reader(ProcessReader):
-    """Runs of samples as slices of every dataset; the file is opened once per
-    process, lazily, so forked workers never share an HDF5 handle."""
-
-    def __init__(self, folder: Path, manifest: dict):
-        self.path, self.fields = folder / FILE_NAME, manifest["fields"]
-        self.names = dataset_names(manifest)
-        self.firsts = [p["first"] for p in manifest["parts"]]
-        self.records = manifest.get("records")
-        self._check_rows(manifest["count"])
-
-    def _check_rows(self, count: int) -> None:
-        """A DatasetError unless every dataset holds the rows `count` samples need."""
-        file = self._open_handle(None)
-        try:
-            if self.records:
-                window, stride = self.records["window"] or 0, self.records["stride"] or 1
-                needed = {self.records["dataset"]: (count - 1) * stride + max(window, 1)
-                          if count else 0}
-                needed.update({"cls": count} if "cls" in self.fields else {})
-            else:
-                needed = {name: count for name in self.names.values() if name is not None}
-            for name, rows in needed.items():
-                held = len(file[name]) if name in file else None
-                if held is None or held < rows or (held > rows and not self.records):
-                    found = "no such dataset" if held is None else f"{held:,} rows"
-                    raise DatasetError(f"{self.path}: dataset {name!r} has {found}, but the "
-                                       f"manifest's {count:,} samples need {rows:,}; the "
-                                       "manifest does not belong to this data (restore it, "
-                                       "or pack the source again)")
-        finally:
-            file.close()
-
-    def _open_handle(self, inherited) -> h5py.File:
-        try:
-            return h5py.File(self.path, "r")
-        except OSError as err:
-            raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
-
-    def read(self, part: int, start: int, count: int) -> list[dict]:
-        file, first = self.handle(), self.firsts[part] + start
-        if self.records:
-            return self._read_records(file, first, count)
-        if self.names[KEY] is None:  # samples keyed by their index
-            keys = [b"%010d" % i for i in range(first, first + count)]
-        else:
-            keys = file[self.names[KEY]][first:first + count]
-            if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
-                keys = [b"%010d" % i for i in keys.tolist()]
-        columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
-                   for name, spec in self.fields.items()]
-        samples = []
-        for row, key in enumerate(keys):
-            sample = {KEY: key.decode("utf-8")}
-            for name, dtype, column in columns:
-                value = column[row]
-                if dtype == "bytes":
-                    if value.size:
-                        sample[name] = value.tobytes()
-                elif name == "cls":
-                    sample[name] = int(value)
-                else:
-                    sample[name] = np.asarray(value)
-            samples.append(sample)
-        return samples
-
-    def _read_records(self, file: h5py.File, first: int, count: int) -> list[dict]:
-        """Samples of a dump stored as records: the records they cover, read at once
-        and split into one array per field."""
-        layout = self.records
-        window, stride = layout["window"] or 0, layout["stride"] or 1
-        start = first * stride
-        rows = file[layout["dataset"]][start:start + (count - 1) * stride + max(window, 1)]
-        columns = {name: np.ascontiguousarray(rows[member])
-                   for name, member in layout["members"].items()}
-        labels = file["cls"][first:first + count].tolist() if "cls" in self.fields else None
-        samples = []
-        for i in range(count):
-            at = i * stride
-            sample = {KEY: f"{first + i:010d}"}
-            for name, column in columns.items():
-                # a copy per window: overlapping windows must not share memory
-                sample[name] = (column[at:at + window].copy() if window
-                                else np.asarray(column[at]))
-            if labels is not None:
-                sample["cls"] = labels[i]
-            samples.append(sample)
-        return samples
-
-    def checksum(self, part: dict) -> tuple[int, int]:
-        """The samples a part holds and the CRC-32 of its data, as the writer computed
-        it: over its records and class ids, or over its columns."""
-        if not self.records:
-            columns = self.columns(part)
-            return min(len(c) for c in columns.values()), columns_crc32(columns)
-        file = self.handle()
-        start, stop = part["records"]
-        crc = crc32(file[self.records["dataset"]][start:stop].view(np.uint8))
-        if "cls" not in self.fields:
-            return part["count"], crc
-        labels = file["cls"][part["first"]:part["first"] + part["count"]]
-        return len(labels), crc32(labels, crc)
-
-    def columns(self, part: dict) -> dict[str, np.ndarray]:
-        """A part's samples as the columns they were written from."""
-        file = self.handle()
-        return {name: file[self.names[name]][part["first"]:part["first"] + part["count"]]
-                for name in self.fields}
-
-
-def reader(folder: Path, manifest: dict) -> Reader:
-    return Reader(folder, manifest)
-
-
-def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    return Reader(folder, manifest).read_part(part, _CHUNK)
-
-
-WRITER = Hdf5Writer

@@ -7,7 +7,7 @@
         for batch in loader: ...
     state = ds.state_dict()      # resume mid-epoch: ds.load_state_dict(state)
 
-Each worker of each rank reads the part of the epoch that `packer.plan` gives it,
+Each worker of each rank reads the part of the epoch that `packer.read.plan` gives it,
 in windows of contiguous samples, and decodes in the worker. Reading handles are
 opened lazily in the process that reads, never inherited across fork, so `spawn`
 works as well as `fork`.
@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
-from packer import plan
-from packer.dataset import Source, open_source
-from packer.decode import IMAGE_FIELDS, Decoder
-from packer.formats.base import KEY
+from packer.read import plan
+from packer.read.dataset import PackedParts, open_parts
+from packer.read.decode import IMAGE_FIELDS, Decoder
+from packer.sample import KEY
 
 ON_ERROR = ("warn", "skip", "raise")
 
@@ -36,7 +36,7 @@ class PackedDataset(IterableDataset):
     "val")` reads only a fixed tenth of the dataset (whole units spread evenly over
     it), `(0.1, "train")` the rest: a validation split without a second dataset."""
 
-    def __init__(self, source: Source, *, shuffle: bool = False, seed: int = 0,
+    def __init__(self, source: PackedParts, *, shuffle: bool = False, seed: int = 0,
                  decode: str = "rgb8", image_size=None, transform=None, decoders=None,
                  rank: int | None = None, world_size: int | None = None,
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
@@ -210,29 +210,16 @@ def _workers_text(count: int) -> str:
     return "0 or 1" if count <= 1 else str(count)
 
 
-def image_field(source: Source) -> str | None:
+def image_field(source: PackedParts) -> str | None:
     """The key images come under: the dataset's image field; or "image" when samples
     of one image each use several (jpg and png, or jpg and JPG), so that every sample
     has the same keys; None when samples hold several images (image + mask pairs)."""
-    counts, samples = _field_counts(source)
+    counts, samples = source.field_counts()
     names = [name for name in counts if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
     if len(names) == 1:
         return names[0]
     one_each = sum(counts[name] for name in names) <= samples
     return "image" if names and one_each else None
-
-
-def _field_counts(source: Source) -> tuple[dict[str, int], int]:
-    """({field: samples that have it}, samples): from the manifest, or for shards made
-    by other tools from the first shard's index."""
-    if source.manifest is not None:
-        fields = source.manifest.get("fields", {})
-        return {n: f.get("count", 0) for n, f in fields.items()}, source.manifest["count"]
-    reader = source.reader()
-    if not hasattr(reader, "index") or not source.part_counts:
-        return {}, 0
-    index = reader.index(0)
-    return dict(Counter(index.field)), index.count
 
 
 _FROZEN_IN: set[int] = set()
@@ -330,7 +317,26 @@ def _widen_result_pipe(iterator) -> None:
         pass
 
 
-def open_dataset(path, **options) -> PackedDataset:
-    """Open a packed dataset (webdataset, lmdb or hdf5 output of `packer pack`) or
-    plain WebDataset shards (folder, `shard-{000000..000009}.tar`, http(s)://, pipe:)."""
-    return PackedDataset(open_source(path), **options)
+def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
+                 image_size=None, transform=None, decoders=None, rank: int | None = None,
+                 world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
+                 shuffle_buffer: int = 1024, unit: int = 64,
+                 holdout: tuple[float, str] | None = None) -> PackedDataset:
+    """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
+    shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:) for training.
+
+    shuffle, seed    shard/part order and a bounded buffer, fixed by (seed, epoch)
+    decode           "rgb8" (uint8 (3, H, W) tensors), "pil", or "raw" (bytes)
+    image_size       resize images to this (int: a square, or (height, width))
+    transform        a function of the decoded sample; decoders: {field: function}
+    rank, world_size this process's share (default: from torch.distributed)
+    remainder        "pad" (every rank the same count, wrapping) or "drop"
+    on_error         a sample that fails to decode: "warn" (replaced), "skip", "raise"
+    shuffle_buffer   samples read and shuffled together; unit: samples per unit of order
+    holdout          (fraction, "train" or "val"): one side of a fixed split
+    """
+    return PackedDataset(open_parts(path), shuffle=shuffle, seed=seed, decode=decode,
+                         image_size=image_size, transform=transform, decoders=decoders,
+                         rank=rank, world_size=world_size, remainder=remainder,
+                         on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
+                         holdout=holdout)

@@ -13,81 +13,31 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
-from packer.formats.base import LAYOUT_VERSION, Chunk, encode_chunk
+from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
-from packer.parallel import ordered_map
-from packer.report import nothing_packed
-from packer.resume import check_unchanged
-from packer.sources import is_table, open_source
-from packer.sources.files import read_file
-from packer.tally import Tally
+from packer.packing.options import PackOptions
+from packer.packing.parallel import ordered_map
+from packer.packing.resume import check_unchanged
+from packer.packing.tally import Tally, nothing_packed
+from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
+from packer.sources import claimed, open_source
+from packer.sources.files.scan import read_file
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
 CHUNK = 512  # samples per unit of worker work
-BLOCK_BYTES = 64 << 20  # an LMDB/HDF5 part (one commit) holds at most this much ...
-BLOCK_COUNT = 10_000  # ... or this many samples
-RECORDS_PART_BYTES = 64 << 20  # records of a dump copied into HDF5 per part
-
-
-@dataclass
-class PackOptions:
-    to: str = "webdataset"
-    labels: Path | None = None
-    unlabelled: bool = False
-    group_by_stem: bool = False
-    follow_symlinks: bool = True
-    on_error: str = "skip"
-    check: str = "header"
-    workers: int = 1
-    shard_size: int = 256 << 20
-    max_count: int | None = None
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-    spec: str | None = None
-    window: int | None = None
-    stride: int | None = None
-    tail: str | None = None
-    label_field: str | None = None
-    label_spec: str | None = None
-    sheet: str | None = None  # tables (packer/sources/tables.py, docs/tables.md)
-    header_row: int | None = None
-    skip_rows: int = 0
-    delimiter: str | None = None
-    decimal: str | None = None
-    encoding: str | None = None
-    label_column: tuple = ()
-    feature_columns: tuple = ()
-    drop_columns: tuple = ()
-    key_column: str | None = None
-    na: str = "fail"
-    categorical: tuple = ()
-    date_columns: tuple = ()
-    task: str = "classify"
-
-    def recorded(self) -> dict:
-        """The options that shape the output, as the manifest records them."""
-        kept = asdict(self)
-        for name in ("workers", "resume", "overwrite", "progress"):
-            kept.pop(name)
-        kept["labels"] = str(self.labels.resolve()) if self.labels else None
-        return kept
+RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS shape)
 
 
 def check_paths(source: Path, out: Path, options: PackOptions) -> None:
-    if not source.exists():
-        raise UsageProblem(f"{source}: no such file or folder")
-    if not source.is_dir() and not options.spec and not is_table(source):
-        raise UsageProblem(f"{source}: not a folder; a binary dump is packed with --spec, and "
-                           "a table must end in .csv, .tsv, .txt, .xlsx, .xls or .parquet")
+    claimed(source, options.spec)
     src, dst = source.resolve(), out.resolve()
     if dst.is_relative_to(src):
         raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
@@ -96,43 +46,43 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
         raise UsageProblem(f"-o {out} contains the input {source}; choose another output")
     if out.exists() and not options.overwrite:
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
-    if out.exists() and any(out.iterdir()) and not (out / MANIFEST_NAME).exists():
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).exists():
         raise UsageProblem(f"{out} exists and is not a packed dataset; refusing to replace "
                            "it, choose another -o")
 
 
-def _plan(source, options: PackOptions) -> dict:
-    from packer.pack_options import PACK_OPTIONS
+def _shape(source, module) -> str:
+    """The first of the shapes the source offers that the format's writer takes."""
+    return next(shape for shape in (*source.SHAPES, SAMPLES) if shape in module.SHAPES)
 
-    # What a resumed run must match: the input and the options that shape this format.
-    shaping = {name: value for name, value in options.recorded().items()
-               if options.to in getattr(PACK_OPTIONS.get(name), "formats", [options.to])}
-    fingerprint = hashlib.sha256(json.dumps([source.fingerprint, shaping],
+
+def _setup(source, options: PackOptions) -> dict:
+    """What the writer writes (fields, classes, the shape of the samples and what it
+    needs) and what a resumed run must match (the input and the options that shape
+    this format)."""
+    shape = _shape(source, format_module(options.to))
+    fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.shaping()],
                                             default=str).encode()).hexdigest()
-    records = options.to == "hdf5" and hasattr(source, "records_layout")
-    implicit = (records or hasattr(source, "blocks")) and options.to == "hdf5"
+    indexed = shape != SAMPLES  # samples keyed by their index: the reader makes the keys
     return {"fields": source.field_specs, "classes": source.classes,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
             # kept in progress.json to say what changed when a --resume is refused
             "options": json.loads(json.dumps(options.recorded(), default=str)),
             "input": {"fingerprint": source.fingerprint, "samples": source.count},
-            "implicit_keys": implicit,
-            # samples keyed by their index need no key dataset: the reader makes the keys
-            "key_dataset": None if implicit else getattr(source, "key_dataset", "__key__"),
-            "attrs": getattr(source, "hdf5_attrs", {}),
-            # a dump into HDF5: its records copied whole (packer/formats/hdf5.py)
-            "records": source.records_layout() if records else None,
-            "record_dtype": source.record_dtype if records else None}
+            "shape": shape, "implicit_keys": indexed,
+            "key_dataset": None if indexed else source.key_dataset, "attrs": source.attrs,
+            "records": source.records_layout() if shape == RECORDS else None,
+            "record_dtype": source.record_dtype if shape == RECORDS else None}
 
 
-def _start(out: Path, source, plan: dict, options: PackOptions):
+def _start(out: Path, source, setup: dict, options: PackOptions):
     """The writer (fresh or resumed) and the tally to continue from."""
     work = partial_path(out)
     progress_path = work / PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
-        check_unchanged(source, plan, progress, work)
-        plan["started_ns"] = progress.get("started_ns", plan["started_ns"])
+        check_unchanged(source, setup, progress, work)
+        setup["started_ns"] = progress.get("started_ns", setup["started_ns"])
     elif work.exists() and not (options.resume or options.overwrite):
         raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
                            "continue it or --overwrite to start over")
@@ -140,10 +90,9 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         progress = None
-    limits = ((options.shard_size, options.max_count or 1 << 62) if options.to == "webdataset"
-              else (BLOCK_BYTES, BLOCK_COUNT))
-    writer = format_module(options.to).WRITER(work, plan, *limits)
-    tally = Tally(class_counts=[0] * len(plan["classes"] or []))
+    module = format_module(options.to)
+    writer = module.WRITER(work, setup, *module.part_limits(options))
+    tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     restarted = progress and writer.resume(progress["parts"])
     if restarted:
         sys.stderr.write(f"Warning: {work}: {restarted}; packing again from the start.\n")
@@ -152,10 +101,10 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
     return writer, tally
 
 
-def _save_progress(writer, tally: Tally, plan: dict) -> None:
+def _save_progress(writer, tally: Tally, setup: dict) -> None:
     write_json_atomic(writer.folder / PROGRESS_NAME, {
-        "fingerprint": plan["fingerprint"], "started_ns": plan["started_ns"],
-        "options": plan["options"], "input": plan["input"],
+        "fingerprint": setup["fingerprint"], "started_ns": setup["started_ns"],
+        "options": setup["options"], "input": setup["input"],
         "parts": writer.parts, "tally": asdict(tally)}, sync=False)
 
 
@@ -208,7 +157,8 @@ def _progress_bar(options: PackOptions, **settings):
     return tqdm(**settings)
 
 
-def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
+                  options: PackOptions) -> None:
     """Column blocks straight into the writer: no per-sample step, one part per block."""
     bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
                         desc=f"packing to {options.to}", unit_scale=True)
@@ -216,19 +166,20 @@ def _write_blocks(source, writer, tally: Tally, plan: dict, options: PackOptions
         rows = writer.add_block(columns, crc32)
         tally.add_block(columns)
         tally.next_input += rows
-        _save_progress(writer, tally, plan)
+        _save_progress(writer, tally, setup)
         bar.update(rows)
     bar.close()
 
 
-def _write_records(source, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
-    """A dump's records copied into HDF5, one part of about RECORDS_PART_BYTES at a time."""
+def _write_records(source, read_job, writer, tally: Tally, setup: dict,
+                   options: PackOptions) -> None:
+    """A dump's records copied whole, one part of about RECORDS_PART_BYTES at a time."""
     import numpy as np  # only dumps come here
 
-    stride = plan["records"]["stride"] or 1
+    stride = setup["records"]["stride"] or 1
     part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
     sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
-                    for name, spec in plan["fields"].items()}
+                    for name, spec in setup["fields"].items()}
     bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
                         desc=f"packing to {options.to}", unit_scale=True)
     while tally.next_input < source.count:
@@ -236,12 +187,14 @@ def _write_records(source, writer, tally: Tally, plan: dict, options: PackOption
         labels = writer.add_records(source, count)
         tally.add_rows(count, sample_bytes, labels)
         tally.next_input += count
-        _save_progress(writer, tally, plan)
+        _save_progress(writer, tally, setup)
         bar.update(count)
     bar.close()
 
 
-def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: PackOptions) -> None:
+def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
+                   options: PackOptions) -> None:
+    """Samples read and encoded in the workers (or in this process), stored in order."""
     start, total = tally.next_input, source.count
     spool = writer.folder / SPOOL_NAME
     shutil.rmtree(spool, ignore_errors=True)
@@ -259,7 +212,7 @@ def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: Pack
         stored = 0
         while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
             next_input = index + chunk.good_positions()[stored]
-            _save_progress(writer, tally.upto(chunk, stored, next_input), plan)
+            _save_progress(writer, tally.upto(chunk, stored, next_input), setup)
         tally.add_chunk(chunk)
         index += chunk.count
         bar.update(chunk.count)
@@ -271,32 +224,25 @@ def _write_all(source, read_job, writer, tally: Tally, plan: dict, options: Pack
     tally.next_input = total
 
 
-def _manifest(source, writer, tally: Tally, plan: dict, options: PackOptions) -> dict:
+_WRITE = {SAMPLES: _write_samples, COLUMNS: _write_blocks, RECORDS: _write_records}
+
+
+def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -> dict:
     fields = {name: {**spec, **tally.fields.get(name, {"count": 0, "bytes": 0})}
-              for name, spec in plan["fields"].items()}
+              for name, spec in setup["fields"].items()}
     return {
         "format": options.to, "layout_version": LAYOUT_VERSION, "tool": f"packer {__version__}",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "count": writer.count, "fields": fields,
         "classes": source.classes, "class_counts": tally.class_counts if source.classes else None,
         "parts": writer.parts,
-        "key_dataset": plan["key_dataset"],
-        **({"records": plan["records"]} if plan["records"] else {}),
+        "key_dataset": setup["key_dataset"],
+        **({"records": setup["records"]} if setup["records"] else {}),
         "options": options.recorded(),
         "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
         "ignored": [],
         **source.describe(options),
     }
-
-
-def _publish(work: Path, out: Path) -> None:
-    """Swap the finished `work` folder in as `out` (replacing an old dataset last)."""
-    old = out.with_name(out.name + ".old")
-    if out.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-    work.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def pack(path: Path, out: Path, options: PackOptions) -> dict:
@@ -309,18 +255,12 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     if source.scan_skipped and options.on_error == "fail":
         _fail_on(source.scan_skipped[0], path)
     if not source.count:
-        raise PackerError(nothing_packed(path, source.scan_skipped,
-                                         getattr(source, "unmatched_labels", [])))
-    plan = {**_plan(source, options), "started_ns": started_ns}
-    writer, tally = _start(out, source, plan, options)
+        raise PackerError(nothing_packed(path, source.scan_skipped, source.unmatched_labels))
+    setup = {**_setup(source, options), "started_ns": started_ns}
+    writer, tally = _start(out, source, setup, options)
     began = time.perf_counter()
     try:
-        if plan["records"]:
-            _write_records(source, writer, tally, plan, options)
-        elif hasattr(source, "blocks") and hasattr(writer, "add_block"):
-            _write_blocks(source, writer, tally, plan, options)
-        else:
-            _write_all(source, read_job, writer, tally, plan, options)
+        _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
     except PackerError:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise
@@ -328,10 +268,10 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
         shutil.rmtree(writer.folder, ignore_errors=True)
         raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
     source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
-    manifest = _manifest(source, writer, tally, plan, options)
+    manifest = _manifest(source, writer, tally, setup, options)
     writer.finish(manifest)
     (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
     write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
-    _publish(writer.folder, out)
+    format_module(options.to).publish(writer.folder, out)
     manifest["seconds"] = time.perf_counter() - began
     return manifest

@@ -27,7 +27,7 @@ REMAINDERS = ("pad", "drop")
 
 
 @dataclass(frozen=True)
-class Run:
+class Segment:
     """`count` consecutive samples of part `part`, from its sample `start`."""
 
     part: int
@@ -35,7 +35,7 @@ class Run:
     count: int
 
 
-def holdout_units(runs: list[Run], holdout: tuple[float, str] | None) -> list[Run]:
+def holdout_units(runs: list[Segment], holdout: tuple[float, str] | None) -> list[Segment]:
     """The units of one side of a fixed split: `(0.1, "val")` keeps every tenth unit,
     spread evenly over the dataset, and `(0.1, "train")` the others."""
     if holdout is None:
@@ -46,8 +46,8 @@ def holdout_units(runs: list[Run], holdout: tuple[float, str] | None) -> list[Ru
 
 
 def units(part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
-          epoch: int, holdout: tuple[float, str] | None = None) -> list[Run]:
-    runs = [Run(p, start, min(unit or count, count - start))
+          epoch: int, holdout: tuple[float, str] | None = None) -> list[Segment]:
+    runs = [Segment(p, start, min(unit or count, count - start))
             for p, count in enumerate(part_counts)
             for start in range(0, count, unit or max(count, 1))]
     runs = holdout_units(runs, holdout)
@@ -71,7 +71,7 @@ def worker_span(size: int, worker: int, num_workers: int) -> tuple[int, int]:
     return begin, begin + base + (worker < extra)
 
 
-def slice_runs(runs: list[Run], begin: int, end: int) -> list[Run]:
+def slice_runs(runs: list[Segment], begin: int, end: int) -> list[Segment]:
     """The runs covering positions [begin, end) of the sequence `runs` make, wrapping
     around past its end (the padding)."""
     total = sum(r.count for r in runs)
@@ -80,7 +80,7 @@ def slice_runs(runs: list[Run], begin: int, end: int) -> list[Run]:
         for run in runs:
             lo, hi = max(begin, position), min(end, position + run.count)
             if lo < hi:
-                out.append(Run(run.part, run.start + lo - position, hi - lo))
+                out.append(Segment(run.part, run.start + lo - position, hi - lo))
             position += run.count
         begin = max(begin, position)
     return out
@@ -88,7 +88,7 @@ def slice_runs(runs: list[Run], begin: int, end: int) -> list[Run]:
 
 def worker_runs(part_counts: list[int], *, unit: int | None, shuffle: bool, seed: int,
                 epoch: int, rank: int, world_size: int, worker: int, num_workers: int,
-                remainder: str, holdout: tuple[float, str] | None = None) -> list[Run]:
+                remainder: str, holdout: tuple[float, str] | None = None) -> list[Segment]:
     """The runs `worker` of `rank` reads this epoch, in reading order."""
     sequence = units(part_counts, unit, shuffle, seed, epoch, holdout)
     size = rank_size(sum(r.count for r in sequence), world_size, remainder)
@@ -96,7 +96,7 @@ def worker_runs(part_counts: list[int], *, unit: int | None, shuffle: bool, seed
     return slice_runs(sequence, rank * size + begin, rank * size + end)
 
 
-def windows(runs: list[Run], window: int) -> Iterator[list[Run]]:
+def windows(runs: list[Segment], window: int) -> Iterator[list[Segment]]:
     """`runs` cut into consecutive windows of `window` samples."""
     current, filled = [], 0
     for run in runs:
@@ -104,7 +104,7 @@ def windows(runs: list[Run], window: int) -> Iterator[list[Run]]:
         left = run.count
         while left:
             take = min(left, window - filled)
-            current.append(Run(run.part, start, take))
+            current.append(Segment(run.part, start, take))
             start, left, filled = start + take, left - take, filled + take
             if filled == window:
                 yield current

@@ -1,11 +1,14 @@
 """The running counts of a pack: inputs done, skipped inputs, per-field totals, class
-counts. Saved in progress.json with every part, so a resumed run continues them."""
+counts. Saved in progress.json with every part, so a resumed run continues them;
+and what a pack that kept no input says about the skipped ones."""
 
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packer.formats.base import Chunk
+from packer.text import NAMES_LIMIT, names_text, plural
 
 
 @dataclass
@@ -73,3 +76,29 @@ class Tally:
             counts = np.bincount(labels, minlength=len(self.class_counts))
             self.class_counts = [a + int(b) for a, b in zip(self.class_counts, counts,
                                                              strict=True)]
+
+
+def _reason_groups(skipped: list[dict]) -> list[tuple[str, list[str]]]:
+    """(reason, paths) for each reason, the most frequent first."""
+    groups: dict[str, list[str]] = {}
+    for entry in skipped:
+        groups.setdefault(entry["reason"], []).append(entry["path"])
+    return sorted(groups.items(), key=lambda group: -len(group[1]))
+
+
+def nothing_packed(source: Path, skipped: list[dict], label_names: list[str] = ()) -> str:
+    """Why a pack has no sample: every skip reason with its count and a few paths, and
+    what the labels file names when inputs had no label in it."""
+    if not skipped:
+        return f"{source}: nothing to pack: no input files (hidden files and OS junk are ignored)"
+    groups, texts = _reason_groups(skipped), []
+    for reason, paths in groups[:NAMES_LIMIT]:
+        example = f"e.g. {names_text(paths)}"
+        if reason.startswith("no label in") and label_names:
+            example += (f" — the labels file names {names_text(sorted(label_names))}; paths are "
+                        f"relative to {source}")
+        texts.append(f"{reason}: {len(paths):,} ({example})")
+    if len(groups) > NAMES_LIMIT:
+        texts.append(f"and {plural(len(groups) - NAMES_LIMIT, 'other reason')}")
+    return f"{source}: nothing to pack: all {len(skipped):,} inputs were skipped: " + "; ".join(
+        texts)

@@ -1,14 +1,16 @@
 """Reading a packed dataset back, whatever its format, for verify, unpack and inspect."""
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from packer import shards
 from packer.errors import DatasetError
-from packer.formats import format_module, tarindex
-from packer.formats.base import sample_digest
+from packer.formats import format_module
+from packer.formats.webdataset import tarindex
 from packer.manifest import MANIFEST_NAME, load_manifest
+from packer.read import shards
+from packer.sample import sample_digest
 
 
 def open_packed(path: Path) -> tuple[dict, object]:
@@ -45,7 +47,7 @@ def label_field(manifest: dict) -> str | None:
     return "cls" if manifest["source"].get("labels", "none") != "none" else None
 
 
-class Source:
+class PackedParts:
     """What the loader needs to know of a dataset: parts with their sample counts,
     class names, whether runs can start anywhere in a part, and a reader. Small and
     picklable (readers drop their handles when pickled), so it travels to spawned
@@ -53,6 +55,7 @@ class Source:
 
     def __init__(self, path, manifest: dict | None = None, urls: list[str] | None = None):
         self.path, self.manifest, self.urls = path, manifest, urls
+        self._shards = None  # the index of shards made by other tools, when local
         if manifest is not None:
             self._reader = format_module(manifest["format"]).reader(Path(path), manifest)
             self.part_counts = [p["count"] for p in manifest["parts"]]
@@ -63,17 +66,9 @@ class Source:
             self.part_counts = [shards.count_remote(u) for u in urls]
             self.classes, self.seekable = None, False
         else:
-            self._reader = tarindex.Reader(urls)
+            self._reader = self._shards = tarindex.Reader(urls)
             self.part_counts = [self._reader.count(i) for i in range(len(urls))]
             self.classes, self.seekable = None, True
-        if isinstance(self._reader, tarindex.Reader):
-            self._check_counts()
-
-    def _check_counts(self) -> None:
-        for part, expected in enumerate(self.part_counts):
-            if self._reader.count(part) != expected:
-                raise DatasetError(f"{self._reader.paths[part]}: {self._reader.count(part):,} "
-                                   f"samples, the manifest says {expected:,}")
 
     @property
     def count(self) -> int:
@@ -82,15 +77,26 @@ class Source:
     def reader(self):
         return self._reader
 
+    def field_counts(self) -> tuple[dict[str, int], int]:
+        """({field: samples that have it}, samples): from the manifest, or for shards
+        made by other tools from the first shard's index (none for remote shards)."""
+        if self.manifest is not None:
+            fields = self.manifest.get("fields", {})
+            return {n: f.get("count", 0) for n, f in fields.items()}, self.manifest["count"]
+        if self._shards is None or not self.part_counts:
+            return {}, 0
+        index = self._shards.index(0)
+        return dict(Counter(index.field)), index.count
 
-def open_source(path) -> Source:
+
+def open_parts(path) -> PackedParts:
     """A packed dataset (a folder with a manifest), or plain WebDataset shards: a
     folder of .tar files, a .tar path, a brace or glob pattern, URLs, or a list."""
     if isinstance(path, list | tuple) or shards.is_remote(str(path)):
-        return Source(path, urls=shards.expand(path))
+        return PackedParts(path, urls=shards.expand(path))
     folder = Path(path)
     foreign_folder = folder.is_dir() and not (folder / MANIFEST_NAME).is_file() and any(
         folder.glob("*.tar"))
     if foreign_folder or folder.is_file() or any(c in str(path) for c in "{*?["):
-        return Source(str(path), urls=shards.expand(path))
-    return Source(str(path), manifest=load_manifest(folder))
+        return PackedParts(str(path), urls=shards.expand(path))
+    return PackedParts(str(path), manifest=load_manifest(folder))
