@@ -18,6 +18,16 @@ FORMAT_NAMES = tuple(_MODULES)
 DEFAULT_FORMAT = FORMAT_NAMES[0]
 
 
+def manifest_of_file(path) -> dict | None:
+    """The manifest of a dataset stored as the one file `path`, by the format that
+    wrote it; None when no format stores its datasets as such a file."""
+    for name in _MODULES:
+        manifest = format_module(name).manifest_in_file(path)
+        if manifest is not None:
+            return manifest
+    return None
+
+
 def format_module(name: str) -> ModuleType:
     """The module of the format `name`."""
     if name not in _MODULES:
