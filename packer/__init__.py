@@ -14,11 +14,13 @@ Packing never imports torch: every name is imported when first used.
 __version__ = "0.1.0"
 
 # Names are imported when first used, so that `packer pack` starts without numpy,
-# torch or h5py unless the job needs them.
+# torch or h5py unless the job needs them. No module of packer/ itself is named like
+# one of these (`packer.pack` is a function: the pack side is packer/packing/).
 _LAZY_NAMES = {
     "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
     "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
-    "pack": "packer.packing.pipeline", "unpack": "packer.unpack", "verify": "packer.verify",
+    "pack": "packer.packing.pipeline", "unpack": "packer.read.unpack",
+    "verify": "packer.read.verify",
     "DataLoader": "packer.read.loader", "PackedDataset": "packer.read.loader",
     "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
@@ -32,9 +34,7 @@ def __getattr__(name: str):
         import importlib
 
         value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
-        # Bound here, so that `packer.verify` stays the function once the module
-        # `packer.verify` (which importing it made an attribute of packer) is loaded.
-        globals()[name] = value
+        globals()[name] = value  # looked up once
         return value
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
 

@@ -25,7 +25,7 @@ import torch
 
 from packer.errors import UsageProblem
 from packer.formats import format_module
-from packer.manifest import MANIFEST_NAME, load_manifest
+from packer.manifest import is_packed, load_manifest
 from packer.read.decode import rgb8_tensor
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
@@ -66,9 +66,9 @@ def describe(path: str) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
     left out, as packing leaves them out, so that every reader reads the same samples)."""
     folder = Path(path)
-    if not folder.is_dir():
+    if not folder.is_dir() and not is_packed(folder):
         raise UsageProblem(f"{path}: not a folder or a packed dataset")
-    if (folder / MANIFEST_NAME).is_file():
+    if is_packed(folder):
         manifest = load_manifest(folder)
         files = format_module(manifest["format"]).data_files(folder, manifest)
         data = sum(f["bytes"] for f in manifest["fields"].values())

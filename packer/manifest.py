@@ -1,4 +1,5 @@
-"""The manifest: `manifest.json` beside the data, the one description readers trust.
+"""The manifest: `manifest.json` beside the data (or, in a dataset that is one file,
+where its format keeps it), the one description readers trust.
 
 It holds the format and layout version, the sample count, the fields (dtype,
 count, bytes), class names in id order with their counts, the parts (shards or
@@ -50,15 +51,8 @@ def load_manifest(dataset: Path) -> dict:
                            "failed); finish it with `packer pack ... --resume`")
     if not dataset.exists():
         raise NoSuchDataset(f"{dataset}: no such packed dataset")
-    path = dataset / MANIFEST_NAME
-    if not path.is_file():
-        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
-                           "make one with `packer pack`")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
-    check_manifest(manifest, path)
+    manifest = _file_manifest(dataset) if dataset.is_file() else _folder_manifest(dataset)
+    check_manifest(manifest, dataset if dataset.is_file() else dataset / MANIFEST_NAME)
     if manifest.get("layout_version", 1) > LAYOUT_VERSION:
         raise DatasetError(f"{dataset}: written by {manifest.get('tool', 'a newer packer')} "
                            f"in layout {manifest['layout_version']}, which this packer "
@@ -88,7 +82,7 @@ def check_manifest(manifest, path: Path) -> None:
     if problem:
         raise DatasetError(f"{path}: the manifest is damaged ({problem}); it does not match "
                            f"packer's manifest schema (packer/schemas/{SCHEMA_FILE}), so the "
-                           "dataset cannot be read: restore manifest.json or pack the source "
+                           "dataset cannot be read: restore the dataset or pack the source "
                            "again")
 
 
@@ -114,6 +108,39 @@ def _count_problem(manifest: dict) -> str | None:
     if len(classes or []) != len(counts or []):
         return f"{len(classes or [])} class names but {len(counts or [])} class counts"
     return None
+def _folder_manifest(dataset: Path) -> dict:
+    path = dataset / MANIFEST_NAME
+    if not path.is_file():
+        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
+                           "make one with `packer pack`")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+
+
+def _file_manifest(dataset: Path) -> dict:
+    from packer.formats import manifest_of_file  # the formats, only for a one-file dataset
+
+    manifest = manifest_of_file(dataset)
+    if manifest is None:
+        raise DatasetError(f"{dataset}: a file, but not a packed dataset (no format "
+                           "finds its manifest in it); make one with `packer pack`")
+    return manifest
+
+
+def is_packed(path: Path) -> bool:
+    """Whether `path` is a packed dataset: a folder with a manifest, or one file with
+    its manifest inside."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / MANIFEST_NAME).is_file()
+    from packer.formats import manifest_of_file
+
+    try:
+        return path.is_file() and manifest_of_file(path) is not None
+    except DatasetError:
+        return False
 
 
 def class_counts(manifest: dict) -> dict[str, int]:

@@ -1,10 +1,10 @@
 """Bad inputs are never dropped silently and never crash the run."""
 
-import json
 import os
 
 import pytest
 
+import packer
 from conftest import image_bytes, run
 from packer.packing.pipeline import PackOptions, pack
 from packer.read.dataset import iter_samples
@@ -48,7 +48,7 @@ EXPECTED = {
 def test_every_bad_input_is_listed_with_its_reason(messy_folder, tmp_path):
     out = tmp_path / "out"
     result = run("pack", messy_folder, "-o", out, "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     reasons = {e["path"]: e["reason"] for e in manifest["skipped"]}
     assert set(reasons) == set(EXPECTED)
     for path, words in EXPECTED.items():
@@ -90,7 +90,7 @@ def test_no_follow_symlinks_lists_them(messy_folder, tmp_path):
     out = tmp_path / "out"
     result = run("pack", messy_folder, "-o", out, "--no-follow-symlinks", "-q")
     assert "not followed (--no-follow-symlinks)" in result.output
-    reasons = {e["path"]: e["reason"] for e in json.loads((out / "manifest.json").read_text())
+    reasons = {e["path"]: e["reason"] for e in packer.load_manifest(out)
                ["skipped"]}
     assert "not followed" in reasons["good/alias.jpg"]
 

@@ -8,6 +8,7 @@ import click
 import pandas as pd
 import pytest
 
+import packer
 from conftest import run
 from packer.cli import pack
 from packer.packing import pipeline as packing
@@ -180,7 +181,7 @@ def test_resume_names_the_changed_options(monkeypatch, image_folder, tmp_path):
                   expect=2).output
     assert "(--to was webdataset, now hdf5; --max-count was 3, now not given)" in message
     run("pack", image_folder, "-o", out, "--max-count", "3", "--resume", "-q")
-    assert json.loads((out / "manifest.json").read_text())["options"]["max_count"] == 3
+    assert packer.load_manifest(out)["options"]["max_count"] == 3
 
 
 def test_resume_says_the_input_changed_with_the_sample_counts(monkeypatch, image_folder,

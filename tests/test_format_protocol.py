@@ -62,3 +62,11 @@ def test_a_format_is_one_module_and_one_registry_line(toy, tmp_path):
     assert report["ceilings"][str(out)]["cat_samples_per_s"] > 0
     assert {r["samples"] for r in report["results"]} == {20}
     json.dumps(report)
+
+
+def test_public_names_stay_the_functions_after_their_modules_load():
+    import packer.read.unpack  # noqa: F401
+    import packer.read.verify  # noqa: F401
+
+    for _ in range(2):
+        assert callable(packer.verify) and callable(packer.unpack) and callable(packer.pack)

@@ -1,12 +1,12 @@
 """Deterministic output, atomic runs, and resuming after a kill."""
 
-import json
 import signal
 import subprocess
 import sys
 
 import pytest
 
+import packer
 from conftest import run
 from packer.formats import FORMAT_NAMES
 from packer.read.dataset import iter_samples
@@ -66,8 +66,8 @@ def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder,
     ref_args = ["pack", image_folder, "--to", fmt, "-o", reference, "--max-count", "3", "-q"]
     run(*ref_args)
     assert list(iter_samples(out)) == list(iter_samples(reference))
-    resumed = json.loads((out / "manifest.json").read_text())
-    expected = json.loads((reference / "manifest.json").read_text())
+    resumed = packer.load_manifest(out)
+    expected = packer.load_manifest(reference)
     assert resumed["parts"] == expected["parts"] and resumed["count"] == expected["count"]
     assert shard_bytes(out) == shard_bytes(reference)
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output
@@ -88,7 +88,7 @@ def test_existing_output_needs_overwrite(image_folder, tmp_path):
     run("pack", image_folder, "-o", out, "-q")
     assert "--overwrite" in run("pack", image_folder, "-o", out, expect=2).output
     run("pack", image_folder, "-o", out, "--to", "lmdb", "--overwrite", "-q")
-    assert json.loads((out / "manifest.json").read_text())["format"] == "lmdb"
+    assert packer.load_manifest(out)["format"] == "lmdb"
     assert not list(out.glob("shard-*.tar"))
 
 

@@ -8,7 +8,13 @@ import msgpack
 
 from packer.formats import protocol
 from packer.formats.base import Writer
-from packer.formats.protocol import block_limits, no_layout_text, publish_folder, sample_problems
+from packer.formats.protocol import (
+    block_limits,
+    no_file_manifest,
+    no_layout_text,
+    publish_folder,
+    sample_problems,
+)
 from packer.sample import SAMPLES, msgpack_default
 
 NAME = "toy"
@@ -20,6 +26,7 @@ READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
 part_limits = block_limits
 publish = publish_folder
 layout_text = no_layout_text
+manifest_in_file = no_file_manifest
 
 
 def encode(sample: dict) -> list[bytes]:

@@ -53,7 +53,7 @@ def verify(dataset, against, as_json, quiet):
       packer verify ./images-wds
       packer verify ./images.lmdb --against ./images --json
     """
-    from packer.verify import verify as run_verify
+    from packer.read.verify import verify as run_verify
 
     report = run_verify(dataset, against, progress=show_progress(quiet))
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
@@ -80,7 +80,7 @@ def unpack(dataset, out, overwrite, as_json, quiet):
     Example:
       packer unpack ./images-wds -o ./restored
     """
-    from packer.unpack import unpack as run_unpack
+    from packer.read.unpack import unpack as run_unpack
 
     result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet))
     if as_json:

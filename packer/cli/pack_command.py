@@ -15,7 +15,6 @@ from packer.cli.options import (
     table_reading_options,
 )
 from packer.cli.report import pack_summary, pack_text
-from packer.errors import UsageProblem
 from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES
 from packer.packing.options import PackOptions, check_pack_options
 from packer.packing.parallel import tune_for_packing
@@ -28,7 +27,8 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
-              help="Output folder (written as OUTPUT.partial, renamed when complete).")
+              help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
+                   "renamed when complete), e.g. -o images.h5.")
 @click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
                    "string labels become ids. The first row is a header when its first cell "
@@ -134,8 +134,6 @@ def pack(ctx, source, out, as_json, quiet, **options):
     """
     from packer.packing.pipeline import pack as run_pack
 
-    if out.exists() and not out.is_dir():
-        raise UsageProblem(f"-o {out} is a file; choose a folder")
     defaults = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     given = {name for name in options if ctx.get_parameter_source(name) not in defaults}
     warning = check_pack_options(source, options, given)

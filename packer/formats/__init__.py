@@ -21,6 +21,14 @@ DEFAULT_FORMAT = FORMAT_NAMES[0]
 def registered() -> tuple[str, ...]:
     """The names of the formats registered now."""
     return tuple(_MODULES)
+def manifest_of_file(path) -> dict | None:
+    """The manifest of a dataset stored as the one file `path`, by the format that
+    wrote it; None when no format stores its datasets as such a file."""
+    for name in _MODULES:
+        manifest = format_module(name).manifest_in_file(path)
+        if manifest is not None:
+            return manifest
+    return None
 
 
 def format_module(name: str) -> ModuleType:

@@ -24,7 +24,13 @@ import msgpack
 from packer.errors import DatasetError
 from packer.formats import protocol
 from packer.formats.base import ProcessReader, Writer
-from packer.formats.protocol import block_limits, no_layout_text, publish_folder, sample_problems
+from packer.formats.protocol import (
+    block_limits,
+    no_file_manifest,
+    no_layout_text,
+    publish_folder,
+    sample_problems,
+)
 from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
 NAME = "lmdb"
@@ -38,6 +44,7 @@ META_KEY = b"__meta__"
 part_limits = block_limits
 publish = publish_folder
 layout_text = no_layout_text
+manifest_in_file = no_file_manifest
 
 
 def initial_map_size(input_bytes: int) -> int:

@@ -77,6 +77,10 @@ class Format(Protocol):
     def publish(self, work: Path, out: Path) -> None:
         """Put the finished work folder (data and manifest.json) in place as `out`."""
 
+    def manifest_in_file(self, path: Path) -> dict | None:
+        """The manifest of a dataset this format stores as the one file `path`; None
+        when `path` is no such file (a format whose datasets are folders: always)."""
+
 
 FORMAT_NAMES_DECLARED = tuple(Format.__annotations__) + tuple(
     name for name, value in vars(Format).items() if callable(value) and not name.startswith("_"))
@@ -142,6 +146,11 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def no_file_manifest(path: Path) -> None:
+    """For a format whose datasets are folders with a manifest.json."""
+    return None
 
 
 def no_layout_text(manifest: dict) -> None:

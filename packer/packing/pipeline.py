@@ -21,7 +21,7 @@ from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
-from packer.manifest import MANIFEST_NAME, partial_path, write_json_atomic
+from packer.manifest import MANIFEST_NAME, is_packed, partial_path, write_json_atomic
 from packer.packing.options import PackOptions
 from packer.packing.parallel import ordered_map
 from packer.packing.resume import check_unchanged
@@ -46,7 +46,10 @@ def check_paths(source: Path, out: Path, options: PackOptions) -> None:
         raise UsageProblem(f"-o {out} contains the input {source}; choose another output")
     if out.exists() and not options.overwrite:
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).exists():
+    if out.is_file() and not is_packed(out):
+        raise UsageProblem(f"-o {out} is a file, and not a packed dataset; refusing to "
+                           "replace it, choose another -o")
+    if out.is_dir() and any(out.iterdir()) and not is_packed(out):
         raise UsageProblem(f"{out} exists and is not a packed dataset; refusing to replace "
                            "it, choose another -o")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from packer.errors import DatasetError
 from packer.formats import format_module
 from packer.formats.webdataset import tarindex
-from packer.manifest import MANIFEST_NAME, load_manifest
+from packer.manifest import is_packed, load_manifest
 from packer.read import shards
 from packer.sample import sample_digest
 
@@ -90,13 +90,13 @@ class PackedParts:
 
 
 def open_parts(path) -> PackedParts:
-    """A packed dataset (a folder with a manifest), or plain WebDataset shards: a
+    """A packed dataset (a folder with a manifest, or one file), or plain WebDataset shards: a
     folder of .tar files, a .tar path, a brace or glob pattern, URLs, or a list."""
     if isinstance(path, list | tuple) or shards.is_remote(str(path)):
         return PackedParts(path, urls=shards.expand(path))
     folder = Path(path)
-    foreign_folder = folder.is_dir() and not (folder / MANIFEST_NAME).is_file() and any(
-        folder.glob("*.tar"))
-    if foreign_folder or folder.is_file() or any(c in str(path) for c in "{*?["):
+    packed = is_packed(folder)
+    foreign_folder = folder.is_dir() and not packed and any(folder.glob("*.tar"))
+    if foreign_folder or (folder.is_file() and not packed) or any(c in str(path) for c in "{*?["):
         return PackedParts(str(path), urls=shards.expand(path))
     return PackedParts(str(path), manifest=load_manifest(folder))

@@ -1,36 +1,40 @@
 """HDF5: one file, one dataset per field, row i of every dataset is sample i.
 
-    OUT/
-      manifest.json
-      data.h5
-        __key__   (N,) utf-8 strings; none when sample i's key is its index_key
-        jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
-        cls       (N,) int64 class ids
-        attrs     classes (names in id order), packer_manifest (the manifest as JSON)
+    OUT                  one HDF5 file: h5py.File("OUT") opens it
+      __key__   (N,) utf-8 strings; none when sample i's key is its index_key
+      jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
+      cls       (N,) int64 class ids
+      attrs     classes (names in id order), packer_manifest (the manifest as JSON)
 
 A binary dump is stored as its records instead (the manifest's `records` says so):
 
-        records   (R,) compound: every record of the dump, its fields at their offsets
-                  in native byte order; sample i is record i, or with windows
-                  records i*stride .. i*stride+window-1
-        cls       (N,) int64 class ids, where the samples have classes
+      records   (R,) compound: every record of the dump, its fields at their offsets
+                in native byte order; sample i is record i, or with windows
+                records i*stride .. i*stride+window-1
+      cls       (N,) int64 class ids, where the samples have classes
 
-A part is a block of samples flushed together (writer.py); parts written as columns
-(tables) or as records (dumps) are checked whole, by CRC-32 (reader.py).
+The file is written as OUT.partial/data.h5 (beside the progress of a resumable run)
+and renamed to OUT when complete. Datasets packed before the file was the dataset are
+folders, OUT/manifest.json and OUT/data.h5, and read as well. A part is a block of
+samples flushed together (writer.py); parts written as columns (tables) or as records
+(dumps) are checked whole, by CRC-32 (reader.py).
 """
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import h5py
 import msgpack
 
+from packer.errors import DatasetError
 from packer.formats.hdf5.reader import Reader
 from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer
 from packer.formats.protocol import (
     READ_ERRORS,
     block_limits,
     checksum_problems,
-    publish_folder,
+    remove,
     sample_problems,
 )
 from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
@@ -43,7 +47,6 @@ SAMPLE_DIGESTS = True
 WRITER = Hdf5Writer
 _RUN = 1024  # samples read at a time by read_part
 part_limits = block_limits
-publish = publish_folder
 
 
 def encode(sample: dict) -> list[bytes]:
@@ -52,7 +55,39 @@ def encode(sample: dict) -> list[bytes]:
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:
-    return [Path(path) / FILE_NAME]
+    """The file itself, or in a dataset packed as a folder its data.h5."""
+    path = Path(path)
+    return [path if path.is_file() else path / FILE_NAME]
+
+
+def publish(work: Path, out: Path) -> None:
+    """The finished file (its manifest is in its attributes) renamed to `out`,
+    replacing an old dataset (a file, or a folder of the older layout) last."""
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        remove(old)
+        out.rename(old)
+    (work / FILE_NAME).rename(out)
+    remove(work)
+    remove(old)
+
+
+def manifest_in_file(path: Path) -> dict | None:
+    """The manifest in the `packer_manifest` attribute of a packed HDF5 file."""
+    if not h5py.is_hdf5(path):
+        return None
+    try:
+        with h5py.File(path, "r") as file:
+            text = file.attrs.get("packer_manifest")
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot open the HDF5 file: {err}") from None
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise DatasetError(f"{path}: cannot read the manifest in its attributes: {err}"
+                           ) from None
 
 
 def reader(path: Path, manifest: dict) -> Reader:
@@ -82,8 +117,8 @@ def verify_part(path: Path, manifest: dict, part: dict, name: str,
 
 
 def layout_text(manifest: dict) -> str | None:
-    """How the file holds a binary dump: `stored as records: 138,888 records in data.h5
-    "records"; sample i is records i*128 .. i*128+255 (overlapping windows are stored
+    """How the file holds a binary dump: `stored as records: 138,888 records in the
+    dataset "records"; sample i is records i*128 .. i*128+255 (overlapping windows are stored
     once, in 5.0 MB)`."""
     layout = manifest.get("records")
     if not layout:
@@ -92,5 +127,5 @@ def layout_text(manifest: dict) -> str | None:
     sample = (f"records i*{stride} .. i*{stride}+{window - 1}" if window else "record i")
     stored = sum(part["bytes"] for part in manifest["parts"]) / 1e6
     once = f" (overlapping windows are stored once, in {stored:,.1f} MB)" if window else ""
-    return (f"stored as records: {layout['records']:,} records in {FILE_NAME} "
+    return (f"stored as records: {layout['records']:,} records in the dataset "
             f"\"{layout['dataset']}\"; sample i is {sample}{once}")

@@ -24,7 +24,12 @@ from pathlib import Path
 from packer.errors import DatasetError
 from packer.formats import protocol
 from packer.formats.base import Writer
-from packer.formats.protocol import no_layout_text, publish_folder, sample_problems
+from packer.formats.protocol import (
+    no_file_manifest,
+    no_layout_text,
+    publish_folder,
+    sample_problems,
+)
 from packer.sample import KEY, SAMPLES, field_bytes, split_member
 
 NAME = "webdataset"
@@ -36,6 +41,7 @@ READ_ERRORS = (*protocol.READ_ERRORS, tarfile.TarError)
 SHARD_NAME = "shard-{:06d}.tar"
 publish = publish_folder
 layout_text = no_layout_text
+manifest_in_file = no_file_manifest
 _BLOCK = 512
 _RECORD = 10240
 
