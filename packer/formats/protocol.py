@@ -85,13 +85,13 @@ class Format(Protocol):
         when `path` is no such file (a format whose datasets are folders: always)."""
 
 
-FORMAT_NAMES_DECLARED = tuple(Format.__annotations__) + tuple(
+PROTOCOL_NAMES = tuple(Format.__annotations__) + tuple(
     name for name, value in vars(Format).items() if callable(value) and not name.startswith("_"))
 
 
 def missing_names(module) -> list[str]:
     """The names of the protocol that a format module lacks."""
-    return [name for name in FORMAT_NAMES_DECLARED if not hasattr(module, name)]
+    return [name for name in PROTOCOL_NAMES if not hasattr(module, name)]
 
 
 def block_limits(options) -> tuple[int, int]:

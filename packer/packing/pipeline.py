@@ -175,16 +175,14 @@ def _progress_bar(options: PackOptions, **settings):
 def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
                   options: PackOptions) -> None:
     """Column blocks straight into the writer: no per-sample step, one part per block."""
-    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
-                        desc=f"packing to {options.to}", unit_scale=True)
-    for columns, crc32 in source.blocks(tally.next_input):
-        check_room(writer.folder, sum(column.nbytes for column in columns.values()))
-        rows = writer.add_block(columns, crc32)
-        tally.add_block(columns)
-        tally.next_input += rows
-        _save_progress(writer, tally, setup)
-        bar.update(rows)
-    bar.close()
+    def parts():
+        for columns, crc32 in source.blocks(tally.next_input):
+            check_room(writer.folder, sum(column.nbytes for column in columns.values()))
+            rows = writer.add_block(columns, crc32)
+            tally.add_block(columns)
+            yield rows
+
+    _whole_parts(parts(), source, writer, tally, setup, options)
 
 
 def _write_records(source, read_job, writer, tally: Tally, setup: dict,
@@ -196,16 +194,27 @@ def _write_records(source, read_job, writer, tally: Tally, setup: dict,
     part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
     sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
                     for name, spec in setup["fields"].items()}
+
+    def parts():
+        while tally.next_input < source.count:
+            count = min(part_size, source.count - tally.next_input)
+            check_room(writer.folder, count * stride * source.record_dtype.itemsize)
+            tally.add_rows(count, sample_bytes, writer.add_records(source, count))
+            yield count
+
+    _whole_parts(parts(), source, writer, tally, setup, options)
+
+
+def _whole_parts(parts, source, writer, tally: Tally, setup: dict,
+                 options: PackOptions) -> None:
+    """Parts the writer stores whole (`parts` yields each one's samples, once stored and
+    counted): the progress saved after each."""
     bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
                         desc=f"packing to {options.to}", unit_scale=True)
-    while tally.next_input < source.count:
-        count = min(part_size, source.count - tally.next_input)
-        check_room(writer.folder, count * stride * source.record_dtype.itemsize)
-        labels = writer.add_records(source, count)
-        tally.add_rows(count, sample_bytes, labels)
-        tally.next_input += count
+    for rows in parts:
+        tally.next_input += rows
         _save_progress(writer, tally, setup)
-        bar.update(count)
+        bar.update(rows)
     bar.close()
 
 

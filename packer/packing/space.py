@@ -43,7 +43,7 @@ def disk_full_reported(folder: Path):
     """Turn any error that says the disk is full into a DiskFull naming `folder`."""
     try:
         yield
-    except DiskFull:
+    except PackerError:
         raise
     except Exception as err:
         if not (_is_disk_full(err) or shutil.disk_usage(folder).free < MARGIN):
