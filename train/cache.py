@@ -41,7 +41,8 @@ def decide(mode: str, samples: int, sample_bytes: int) -> tuple[bool, str]:
 
 
 class RamCache:
-    """The batches of one rank's first epoch, concatenated; then batches drawn from them."""
+    """The batches of one rank's first epoch, concatenated; then batches drawn from them.
+    The validation set is kept the same way (its samples in their order)."""
 
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
@@ -65,10 +66,12 @@ class RamCache:
             yield batch
         self.tensors = {name: torch.cat(parts) for name, parts in kept.items()}
 
-    def batches(self, generator: torch.Generator):
-        """Every kept sample once, in batches, in an order drawn from `generator`."""
+    def batches(self, generator: torch.Generator | None = None):
+        """Every kept sample once, in batches, in an order drawn from `generator` (None:
+        the order they were read in, as validation reads them)."""
         count = next(iter(self.tensors.values())).shape[0]
-        order = torch.randperm(count, generator=generator)
+        order = torch.arange(count) if generator is None else torch.randperm(
+            count, generator=generator)
         for begin in range(0, count, self.batch_size):
             index = order[begin:begin + self.batch_size]
             yield {name: values[index] for name, values in self.tensors.items()}

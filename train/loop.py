@@ -20,7 +20,7 @@ from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe, to_inputs, to_targets
 from train.finite import require_finite
 from train.metrics import Metrics, strict_json
-from train.run import Run, build, setup_distributed, use_cuda
+from train.run import Run, build, rank0_value, setup_distributed, use_cuda
 from train.step import (
     NonFiniteLoss,
     forward_loss,
@@ -42,6 +42,7 @@ class Data:
     loader: object
     val_loader: object
     cache: RamCache | None
+    val_cache: RamCache | None
     order: torch.Generator  # a loose folder's shuffle; packed data shuffle themselves
     choices: list
     steps: int  # optimizer steps an epoch
@@ -56,6 +57,13 @@ class Data:
             self.train_set.set_epoch(number)
         return self.cache.fill(self.loader) if self.cache is not None else self.loader
 
+    def val(self):
+        """The validation batches (None: no validation)."""
+        if self.val_cache is None:
+            return self.val_loader
+        return self.val_cache.batches() if self.val_cache.full else self.val_cache.fill(
+            self.val_loader)
+
 
 def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     """The run's config with every auto field chosen, and its data."""
@@ -63,12 +71,14 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     if config.resume:
         _take_saved_choices(config)
     info = describe(config)
+    recipe.refuse_mixing(config, info)
     require_finite(info, config)
     _, world, _ = setup_distributed(config.device)  # first: the split follows the rank
     choices = recipe.choose_image_size(config, info)
     train_set, val_set = datasets(info, config)
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
+    config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
                                num_workers=config.workers, pin_memory=use_cuda(config.device),
@@ -76,9 +86,10 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     val_loader = val_set and packer.DataLoader(val_set, batch_size=config.batch_size,
                                                num_workers=config.workers)
     cache = RamCache(config.batch_size) if config.cache == "ram" else None
+    val_cache = RamCache(config.batch_size) if cache and val_loader else None
     steps = math.ceil(len(train_set) / config.batch_size) if cache else len(loader)
-    data = Data(info, train_set, loader, val_loader, cache, order, choices, max(steps, 1),
-                config.seed)
+    data = Data(info, train_set, loader, val_loader, cache, val_cache, order, choices,
+                max(steps, 1), config.seed)
     if config.lr is None:
         _choose_lr(config, data)
     return config, data
@@ -105,8 +116,8 @@ def _choose_lr(config: TrainConfig, data: Data) -> None:
         return ((to_inputs(b, data.info, probe.device, config.channels_last),
                  to_targets(b, data.info, probe.device)) for b in data.loader)
 
-    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS)
-    config.lr, config.scale_lr = lr_range.shared(result["suggested_lr"], probe.device), False
+    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW)
+    config.lr, config.scale_lr = rank0_value(result["suggested_lr"]), False
     data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), lr_range.why(result)))
 
 
@@ -236,7 +247,7 @@ def fit(config: TrainConfig) -> dict:
     for epoch in range(start, config.epochs):
         generator = set_seed(config.seed, epoch)  # dropout too: the same after a resume
         train = train_epoch(run, data.epoch(epoch, generator), epoch, generator, data.steps)
-        val = evaluate(run, data.val_loader) if data.val_loader else None
+        val = evaluate(run, data.val()) if data.val_loader else None
         broken = _broken(run, val)
         if broken:
             raise PackerError(_diverged(run, f"epoch {epoch + 1}: {broken}"))

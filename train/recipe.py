@@ -21,6 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from packer.errors import PackerError
 from train import cache
 from train.config import TrainConfig
 from train.data import DataInfo, image_shape, image_sizes
@@ -45,6 +46,16 @@ class Choice:
         shown = "x".join(map(str, self.value[::-1])) if isinstance(self.value, list | tuple) \
             else self.value
         return f"  {self.name.replace('_', ' ')} {shown}: {self.why}"
+
+
+def refuse_mixing(config: TrainConfig, info: DataInfo) -> None:
+    """MixUp and CutMix need class targets; CutMix an image."""
+    if (config.mixup or config.cutmix) and info.task == "regress":
+        raise PackerError("--mixup and --cutmix mix class targets; this is a regression "
+                          "task (leave them at 0)")
+    if config.cutmix and info.kind != "image":
+        raise PackerError(f"--cutmix pastes a box of an image into another; these samples "
+                          f"hold {info.kind} data (--mixup mixes any input)")
 
 
 def choose_image_size(config: TrainConfig, info: DataInfo) -> list[Choice]:

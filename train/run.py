@@ -58,6 +58,29 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
     return 0, 1, 0
 
 
+def rank0_value(value: float) -> float:
+    """Rank 0's value on every rank, for choices that must agree (a rank's own figure,
+    such as its free memory or its range test, may differ)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    number = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.broadcast(number, src=0)
+    return number.item()
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` holds on some rank (so that all ranks stop a loop together)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    number = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(number, op=dist.ReduceOp.MAX)
+    return bool(number.item())
+
+
 def pick_device(local_rank: int, device: str = "auto") -> torch.device:
     if use_cuda(device):
         torch.cuda.set_device(local_rank)
