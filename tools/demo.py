@@ -68,7 +68,7 @@ def main() -> None:
     make_folder(images)
     for fmt, name in [("webdataset", "images-wds"), ("lmdb", "images.lmdb"),
                       ("hdf5", "images.h5")]:
-        shards = ["--shard-size", "300KB"] if fmt == "webdataset" else []
+        shards = ["--shard-size", "1MB"] if fmt == "webdataset" else []
         packer("pack", images, "--to", fmt, "-o", demo / name, "--workers", "2", *shards)
     packer("inspect", demo / "images-wds")
     for name in ("images-wds", "images.lmdb", "images.h5"):
