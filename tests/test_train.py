@@ -51,8 +51,10 @@ def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
     assert any(p.name.startswith("events") for p in (out / "tensorboard").iterdir())
 
 
-def test_resume_gives_the_same_weights(colours, tmp_path):
-    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2"]
+@pytest.mark.parametrize("cache", ["ram", "off"])
+def test_resume_gives_the_same_weights(colours, tmp_path, cache):
+    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2",
+                "--cache", cache]
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2", *constant)
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "4", "--resume", *constant)
     train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "4", *constant)
