@@ -42,6 +42,8 @@ def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
     train("fit", colours / "wds", "--out", out, "--epochs", "6", "--val-split", "0.25", *COMMON)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["best"]["val"]["accuracy"] >= 0.9
+    assert (out / "curves.png").exists() and (out / "confusion.png").exists()
+    assert summary["chosen"]["cache"]["value"] == "ram" and not summary["stopped_early"]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 6 and "data_wait_share" in json.loads(lines[0])["train"]
     best = torch.load(out / "best.pt", weights_only=True)
@@ -49,8 +51,10 @@ def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
     assert any(p.name.startswith("events") for p in (out / "tensorboard").iterdir())
 
 
-def test_resume_gives_the_same_weights(colours, tmp_path):
-    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2"]
+@pytest.mark.parametrize("cache", ["ram", "off"])
+def test_resume_gives_the_same_weights(colours, tmp_path, cache):
+    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2",
+                "--cache", cache]
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2", *constant)
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "4", "--resume", *constant)
     train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "4", *constant)
@@ -110,10 +114,11 @@ def test_ddp_with_two_gloo_processes(colours, tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--master-port", str(free_port()), "-m", "train", "fit", str(colours / "wds"),
-               "--out", str(out), "--epochs", "2", *COMMON]
+               "--out", str(out), "--epochs", "2", *COMMON[:-2]]  # --lr auto: one rate
     result = subprocess.run(command, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("a range test of") == 1  # printed by rank 0 only
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
     assert lines[0]["val"]["samples"] == 12  # a tenth held out, split over the ranks, reduced

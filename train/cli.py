@@ -7,10 +7,53 @@ import click
 
 from packer import PackerGroup
 from packer.errors import PackerError
-from train.config import AMP_MODES, DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
+from train.config import (
+    AMP_MODES,
+    AUGMENTS,
+    CACHES,
+    DEVICES,
+    LOSSES,
+    NORMS,
+    OPTIMIZERS,
+    SCHEDULES,
+    TASKS,
+    TrainConfig,
+)
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 _FRACTION = click.FloatRange(0, 1, max_open=True)
+AUTO = " Default: chosen from the data (printed at the start)."
+
+
+class _AutoOr(click.ParamType):
+    """`auto` (None: chosen from the data) or a value of `inner`."""
+
+    def __init__(self, inner: click.ParamType, name: str):
+        self.inner, self.name = inner, name
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "auto":
+            return None
+        return self.inner.convert(value, param, ctx)
+
+
+class _ImageSize(click.ParamType):
+    """`auto`, a square's side (64) or WIDTHxHEIGHT (200x160), as (height, width)."""
+    name = "auto|N|WxH"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "auto" or isinstance(value, int | tuple):
+            return None if value == "auto" else value
+        width, _, height = str(value).lower().partition("x")
+        try:
+            sides = [int(width), int(height or width)]
+        except ValueError:
+            self.fail(f"{value!r}: give auto, a side such as 64, or WIDTHxHEIGHT such as "
+                      "200x160", param, ctx)
+        if min(sides) < 8:
+            self.fail(f"{value}: images of at least 8 px a side", param, ctx)
+        return sides[0] if sides[0] == sides[1] else (sides[1], sides[0])
+
 _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainConfig
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
@@ -22,18 +65,29 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                    "(randomly initialised; needs torchvision installed)."),
     "num_classes": (click.IntRange(min=1), "Expected class count; a different count in the "
                                            "data is an error."),
-    "image_size": (click.IntRange(min=8), "Images are resized to this square size in the "
-                                          "loader's workers."),
+    "width": (_AutoOr(click.IntRange(min=1), "auto|N"), "Channels of the built-in CNNs, "
+              "hidden units of the MLP (auto: by the training set's size)." + AUTO),
+    "norm": (None, "batch, group (GroupNorm: for small batches), or auto: group when the "
+                   "batch per device is under 16."),
+    "image_size": (_ImageSize(), "Images are resized to this size in the loader's workers: "
+                   "a side (64) or WIDTHxHEIGHT (200x160); auto: their own size when they "
+                   "share one, else near the median, never larger." + AUTO),
     "inputs": (str, "Array fields that make the model's input, comma-separated, e.g. "
                     "--inputs accel,gyro. Default: the image, else every float array and "
                     "every integer array but time stamps (names with 'time')."),
-    "epochs": (click.IntRange(min=1), "Passes over the training data."),
-    "batch_size": (click.IntRange(min=1), "Samples per step (per process under torchrun)."),
+    "epochs": (_AutoOr(click.IntRange(min=1), "auto|N"), "Passes over the training data; "
+               "auto: a budget of optimizer steps in whole epochs, e.g. --epochs 30." + AUTO),
+    "batch_size": (_AutoOr(click.IntRange(min=1), "auto|N"), "Samples per step (per process "
+                   "under torchrun); auto: no more than the data support." + AUTO),
     "workers": (click.IntRange(min=0), "DataLoader worker processes that read and decode."),
+    "cache": (None, "ram: decode the training set once and keep it in memory (uint8 "
+                    "images); off; auto: ram when it fits in a third of the available "
+                    "memory."),
     "optimizer": (None, "adamw (default), adam, or sgd with Nesterov momentum."),
-    "lr": (_POSITIVE, "Base learning rate."),
-    "weight_decay": (click.FloatRange(min=0), "Weight decay (not applied to biases and norm "
-                                              "scales)."),
+    "lr": (_AutoOr(_POSITIVE, "auto|LR"), "Base learning rate, e.g. --lr 1e-3; auto: a "
+           "short range test on the training data picks it, as lr-find does."),
+    "weight_decay": (_AutoOr(click.FloatRange(min=0), "auto|W"), "Weight decay (not applied "
+                     "to biases and norm scales)." + AUTO),
     "momentum": (_FRACTION, "SGD momentum."),
     "schedule": (None, "cosine or step after a linear warm-up, plateau, or constant."),
     "warmup_epochs": (click.FloatRange(min=0), "Epochs of linear learning-rate warm-up."),
@@ -47,13 +101,23 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                      "is one."),
     "amp": (None, "Mixed precision: bf16, fp16 (with a gradient scaler), off, or auto."),
     "channels_last": (None, "Channels-last memory format for the image CNN (faster on GPUs)."),
-    "dropout": (_FRACTION, "Dropout before the classifier head."),
+    "dropout": (_AutoOr(_FRACTION, "auto|P"), "Dropout before the classifier head (and "
+                "between the MLP's layers)." + AUTO),
     "label_smoothing": (_FRACTION, "Label smoothing for single-label classification."),
     "class_weights": (None, "auto: weight classes by inverse frequency, for imbalanced data."),
-    "loss": (None, "Regression loss: mse or l1 (auto: mse)."),
-    "patience": (click.IntRange(min=1), "Stop after this many epochs without a better "
-                                        "validation score."),
-    "augment": (None, "Random resized crop, flip and colour jitter on the device (images)."),
+    "loss": (None, "focal (classification: --focal-gamma), or for regression mse or l1; "
+                   "auto: cross-entropy or mse."),
+    "focal_gamma": (click.FloatRange(min=0), "--loss focal: samples the model gets right "
+                                             "count (1 - p)^gamma; 0 is cross-entropy."),
+    "mixup": (click.FloatRange(min=0), "MixUp: mix each batch with itself, weights from "
+                                       "Beta(ALPHA, ALPHA), e.g. --mixup 0.2 (0: off)."),
+    "cutmix": (click.FloatRange(min=0), "CutMix (images): paste a box of another image of "
+                                        "the batch, e.g. --cutmix 1.0 (0: off)."),
+    "patience": (_AutoOr(click.IntRange(min=1), "auto|N"), "Stop after this many epochs "
+                 "without a better validation score; the best epoch's weights are kept."
+                 + AUTO),
+    "augment": (None, "Image augmentation on the device: light (crops keeping 80% or more, "
+                      "brightness/contrast; no flips), flip (light and flips), strong, none."),
     "seed": (click.IntRange(min=0), "Seed for the data order, augmentation and "
                                     "initialisation."),
     "weights": (str, "Start from this checkpoint's weights (fine-tuning)."),
@@ -62,14 +126,16 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
-            "device": DEVICES, "class_weights": ("auto",), "loss": ("auto", "mse", "l1")}
-DATA = ("task", "model", "num_classes", "image_size", "inputs", "batch_size", "workers",
-        "device", "seed")
-LOSS = ("label_smoothing", "class_weights", "loss")
+            "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,
+            "cache": CACHES, "augment": AUGMENTS}
+DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs", "batch_size",
+        "workers", "device", "seed")
+LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
+AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "freeze_backbone")
 FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
-       "step_epochs", "clip_grad", "amp", "channels_last", "augment", "patience", "resume")
+       "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "resume")
 
 
 def config_options(*names: str):
@@ -84,8 +150,10 @@ def config_options(*names: str):
                 flag, kind = f"{flag}/--no-{flag[2:]}", None
             elif name in _CHOICES:
                 kind = click.Choice(_CHOICES[name])
-            function = click.option(flag, type=kind, default=defaults[name],
-                                    show_default=True, help=text)(function)
+            default = "auto" if defaults[name] is None and isinstance(
+                kind, _AutoOr | _ImageSize) else defaults[name]
+            function = click.option(flag, type=kind, default=default,
+                                    show_default=default is not None, help=text)(function)
         return function
     return decorate
 
@@ -105,7 +173,7 @@ def cli():
 @click.argument("data")
 @click.option("--out", default="runs/exp", show_default=True,
               help="Folder for checkpoints, metrics.jsonl, summary.json, TensorBoard logs.")
-@config_options(*DATA, *LOSS, *OPTIMIZER, *FIT)
+@config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, *FIT)
 def fit(data, out, **options):
     """Fit a model to DATA, validating every epoch and keeping the best checkpoint.
 
@@ -118,22 +186,24 @@ def fit(data, out, **options):
     from train.loop import fit as run_fit
 
     summary = run_fit(TrainConfig(data=data, out=out, **options))
-    click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run",
+    click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run", "stopped_early",
                                                      "samples_per_s", "data_wait_share")}))
 
 
 @cli.command()
 @click.argument("data")
 @click.option("--out", default="runs/check", show_default=True,
-              help="Folder for check_grid.png.")
-@config_options(*DATA, *LOSS)
+              help="Folder for check_grid.png and check_augmented.png.")
+@config_options(*DATA, *LOSS, *AUGMENT)
 def check(data, out, **options):
     """Check the data pipeline before training: shapes, ranges, labels, one step.
 
     Prints batch shapes and dtypes, the channel order, value ranges after
     normalisation, the class distribution (with an imbalance warning) and one
     forward and backward pass, and writes a grid of samples with their labels to
-    OUT/check_grid.png: the eye check that labels match samples. Exits 1 when any
+    OUT/check_grid.png: the eye check that labels match samples; beside it
+    OUT/check_augmented.png, the same samples as the model sees them (after
+    --augment, normalisation, MixUp/CutMix). Exits 1 when any
     sample's float inputs or label hold NaN or infinite values, naming them.
 
     \b
@@ -167,7 +237,6 @@ def overfit(data, samples, **options):
     """
     from train.probes import overfit as run_overfit
 
-    options["lr"] = options["lr"] if options["lr"] != TrainConfig.lr else 1e-3
     result = run_overfit(TrainConfig(data=data, val_split=0.0, **options), samples)
     click.echo(result["message"])
     raise SystemExit(0 if result["reached"] else 1)
@@ -179,7 +248,7 @@ def overfit(data, samples, **options):
               help="Folder for lr_find.png and lr_find.json.")
 @click.option("--steps", type=click.IntRange(min=10), default=100, show_default=True,
               help="Steps of the sweep from 1e-6 to 1.")
-@config_options(*DATA, *LOSS, *OPTIMIZER, "weight_decay", "dropout")
+@config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, "weight_decay", "dropout")
 def lr_find(data, out, steps, **options):
     """Sweep the learning rate up exponentially, plot loss against it, suggest one.
 

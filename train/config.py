@@ -1,4 +1,7 @@
-"""The one configuration of a run, saved into every checkpoint as a plain dict."""
+"""The one configuration of a run, saved into every checkpoint as a plain dict.
+
+A field left at None (or "auto") is chosen from the data by `train.recipe` before
+training starts; the checkpoint keeps the chosen values."""
 
 from dataclasses import asdict, dataclass, fields
 
@@ -7,6 +10,10 @@ OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "step", "plateau", "constant")
 AMP_MODES = ("auto", "bf16", "fp16", "off")
 DEVICES = ("auto", "cpu", "cuda")
+AUGMENTS = ("none", "light", "flip", "strong")
+NORMS = ("auto", "batch", "group")
+CACHES = ("auto", "ram", "off")
+LOSSES = ("auto", "mse", "l1", "focal")
 
 
 @dataclass
@@ -17,15 +24,18 @@ class TrainConfig:
     val_split: float = 0.1  # the fraction of `data` held out (0: no validation)
     task: str = "auto"
     model: str = "auto"
+    width: int | None = None  # channels of the CNNs, hidden units of the MLP
+    norm: str = "auto"
     num_classes: int | None = None
-    image_size: int = 64
+    image_size: int | None = None
     inputs: str | None = None  # array fields that make the input, "a,b" (None: the default)
-    epochs: int = 10
-    batch_size: int = 64
+    epochs: int | None = None
+    batch_size: int | None = None
     workers: int = 2
+    cache: str = "auto"
     optimizer: str = "adamw"
-    lr: float = 3e-4
-    weight_decay: float = 0.05
+    lr: float | None = None  # None: a short range test picks it
+    weight_decay: float | None = None
     momentum: float = 0.9
     schedule: str = "cosine"
     warmup_epochs: float = 1.0
@@ -36,12 +46,15 @@ class TrainConfig:
     device: str = "auto"
     amp: str = "auto"
     channels_last: bool = False
-    dropout: float = 0.0
+    dropout: float | None = None
     label_smoothing: float = 0.0
     class_weights: str | None = None  # "auto": inverse class frequency from the manifest
-    loss: str = "auto"  # regression: "mse" or "l1"
+    loss: str = "auto"  # classification: "focal"; regression: "mse" or "l1"
+    focal_gamma: float = 2.0
+    mixup: float = 0.0  # Beta(alpha, alpha) mixing of whole batches (0: off)
+    cutmix: float = 0.0
     patience: int | None = None
-    augment: bool = True
+    augment: str = "light"
     seed: int = 0
     weights: str | None = None
     freeze_backbone: bool = False

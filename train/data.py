@@ -1,5 +1,6 @@
 """What the data is (from the manifest) and how batches become model inputs."""
 
+import io
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +14,6 @@ from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
-NAMED_SAMPLES = 5  # samples with NaN or infinite values that the message names
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class DataInfo:
     files: list | None = None  # a loose image folder: (path, class id) per image
     targets: int = 1  # regression: values per sample
     val_transform: AsTraining | None = None  # --val samples in the training data's terms
+    target_stats: dict | None = None  # regression: the targets' mean and std (training set)
 
     @property
     def num_outputs(self) -> int:
@@ -82,7 +83,36 @@ def describe(config: TrainConfig) -> DataInfo:
         info.val_transform = _as_training(info, val, config.val)
     if info.stats is None and not info.decoded_images:
         info.stats = _sample_stats(info, config)
+    if info.task == "regress" and info.files is None:
+        info.target_stats = _target_stats(info, config)
     return info
+
+
+def image_shape(size) -> tuple[int, int, int]:
+    """(3, height, width) of decoded images: `size` is a square's side or (height, width);
+    None (not chosen yet) gives (3, 0, 0)."""
+    if size is None:
+        return 3, 0, 0
+    return (3, size, size) if isinstance(size, int) else (3, *size)
+
+
+def image_sizes(info: DataInfo, config: TrainConfig, count: int = 256) -> list[tuple[int, int]]:
+    """(width, height) of up to `count` training images, read from their headers."""
+    from PIL import Image
+
+    if info.files is not None:
+        step = max(len(info.files) // count, 1)
+        paths = [path for path, _ in info.files[::step][:count]]
+        return [Image.open(path).size for path in paths]
+    data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1)
+    sizes = []
+    for sample in data:
+        encoded = next(v for n, v in sample.items() if n.rsplit(".", 1)[-1].lower()
+                       in IMAGE_FIELDS)
+        sizes.append(Image.open(io.BytesIO(encoded)).size)
+        if len(sizes) == count:
+            break
+    return sizes
 
 
 def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
@@ -106,7 +136,7 @@ def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
                           f"{len(classes)} classes: {', '.join(classes[:10])}")
     image = _image_key(fields, manifest["count"])
     if image and not config.inputs:
-        kind, inputs, shape = "image", [image], (3, config.image_size, config.image_size)
+        kind, inputs, shape = "image", [image], image_shape(config.image_size)
     else:
         inputs = _input_fields(path, fields, label, config.inputs)
         kind, shape = _array_kind(fields, inputs)
@@ -219,49 +249,23 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
     return {"mean": mean.tolist(), "std": torch.where(std > 1e-8, std, 1.0).tolist()}
 
 
-def non_finite(info: DataInfo, config: TrainConfig) -> str | None:
-    """Where DATA (and --val) hold NaN or infinite values in the float fields training
-    reads, inputs and label: one message, or None when every value is finite."""
-    if info.files is not None or info.decoded_images:
-        return None
-    found = [_non_finite_in(config.data, info, config, None)]
-    if config.val is not None:
-        found.append(_non_finite_in(config.val, info, config, info.val_transform))
-    return " ".join(m for m in found if m) or None
-
-
-def require_finite(info: DataInfo, config: TrainConfig) -> None:
-    message = non_finite(info, config)
-    if message:
-        raise PackerError(message)
-
-
-def _non_finite_in(path: str, info: DataInfo, config: TrainConfig,
-                   transform: AsTraining | None) -> str | None:
-    """One pass over every sample of `path` (the float fields only)."""
-    data = packer.open_dataset(path, decode="raw", rank=0, world_size=1,
-                               transform=info.keep(transform))
-    counts, keys, samples, total = {}, [], 0, 0
-    for batch in packer.DataLoader(data, batch_size=STATS_SAMPLES, num_workers=config.workers):
-        bad = torch.zeros(len(batch["__key__"]), dtype=torch.bool)
-        for name in (*info.inputs, info.label):
-            values = batch[name]
-            if isinstance(values, torch.Tensor) and values.is_floating_point():
-                wrong = ~torch.isfinite(values.reshape(len(values), -1))
-                counts[name] = counts.get(name, 0) + int(wrong.sum())
-                bad |= wrong.any(dim=1)
-        rows = bad.nonzero().flatten().tolist()
-        samples, total = samples + len(rows), total + len(bad)
-        keys += [batch["__key__"][i] for i in rows[:NAMED_SAMPLES - len(keys)]]
-    if not samples:
-        return None
-    fields = ", ".join(f"{n:,} value{'s' * (n > 1)} in {name}" for name, n in counts.items() if n)
-    more = ", ..." if samples > len(keys) else ""
-    fix = "fix or drop those records before packing" + (
-        "" if counts.get(info.label) else ", or leave the field out with --inputs")
-    return (f"{path}: NaN or infinite values in {samples:,} of {total:,} samples ({fields}; "
-            f"sample keys {', '.join(keys)}{more}). Training on them makes the loss "
-            f"NaN: {fix}.")
+def _target_stats(info: DataInfo, config: TrainConfig) -> dict:
+    """Mean and std of the regression targets of the first training samples (the same
+    on every rank); a target of one value gets numbers, several get lists."""
+    split = _split(config)
+    data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
+                               holdout=(split, "train") if split else None,
+                               transform=Keep((info.label,)))
+    batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
+    values = torch.as_tensor(batch[info.label]).double().reshape(len(batch[info.label]), -1)
+    finite = torch.isfinite(values)  # NaN targets are refused later, with their keys
+    count = finite.sum(dim=0).clamp_min(1)
+    mean = torch.where(finite, values, 0.0).sum(dim=0) / count
+    std = (torch.where(finite, values - mean, 0.0) ** 2).sum(dim=0).div(count).sqrt()
+    std = torch.where(std > 1e-8, std, 1.0)
+    if values.shape[1] == 1:
+        return {"mean": mean.item(), "std": std.item()}
+    return {"mean": mean.tolist(), "std": std.tolist()}
 
 
 def _describe_loose(config: TrainConfig) -> DataInfo:
@@ -273,7 +277,7 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
     files = loose_images(Path(config.data))
     counts = [sum(1 for _, label in files if label == i) for i in range(len(scan.classes))]
     return DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
-                    (3, config.image_size, config.image_size), None, files)
+                    image_shape(config.image_size), None, files)
 
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):

@@ -1,6 +1,7 @@
 """Compact models defined here (no downloads), chosen from the data, or torchvision's."""
 
 import difflib
+import math
 
 import torch
 from torch import nn
@@ -8,15 +9,23 @@ from torch import nn
 from packer.errors import PackerError
 
 
+def norm_layer(kind: str, channels: int, dims: int = 2) -> nn.Module:
+    """BatchNorm, or GroupNorm (groups of channels: independent of the batch size, so
+    right for the small batches that make BatchNorm's statistics noisy)."""
+    if kind == "group":
+        return nn.GroupNorm(math.gcd(channels, 8), channels)
+    return nn.BatchNorm2d(channels) if dims == 2 else nn.BatchNorm1d(channels)
+
+
 class BasicBlock(nn.Module):
-    def __init__(self, inputs: int, outputs: int, stride: int):
+    def __init__(self, inputs: int, outputs: int, stride: int, norm: str = "batch"):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False), nn.BatchNorm2d(outputs),
+            nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False), norm_layer(norm, outputs),
             nn.ReLU(inplace=True),
-            nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False), nn.BatchNorm2d(outputs))
+            nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False), norm_layer(norm, outputs))
         self.skip = (nn.Identity() if stride == 1 and inputs == outputs else nn.Sequential(
-            nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)))
+            nn.Conv2d(inputs, outputs, 1, stride, bias=False), norm_layer(norm, outputs)))
 
     def forward(self, x):
         return torch.relu(self.body(x) + self.skip(x))
@@ -25,12 +34,14 @@ class BasicBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A ResNet-style CNN for small images: a stem, three stages, pooling, a head."""
 
-    def __init__(self, outputs: int, width: int = 32, dropout: float = 0.0, channels: int = 3):
+    def __init__(self, outputs: int, width: int = 32, dropout: float = 0.0, channels: int = 3,
+                 norm: str = "batch"):
         super().__init__()
         self.backbone = nn.Sequential(
-            nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True),
-            BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
-            BasicBlock(2 * width, 4 * width, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            nn.Conv2d(channels, width, 3, 1, 1, bias=False), norm_layer(norm, width),
+            nn.ReLU(True), BasicBlock(width, width, 1, norm),
+            BasicBlock(width, 2 * width, 2, norm), BasicBlock(2 * width, 4 * width, 2, norm),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(4 * width, outputs))
 
     def forward(self, x):
@@ -38,29 +49,34 @@ class SmallResNet(nn.Module):
 
 
 class MLP(nn.Module):
-    """For feature vectors (normalised before they come in)."""
+    """For feature vectors (normalised before they come in): two hidden layers beside a
+    linear layer from the inputs to the outputs, so that a table a linear model fits
+    well is fitted at least as well, and the hidden layers learn what it misses."""
 
     def __init__(self, inputs: int, outputs: int, hidden: int = 256, dropout: float = 0.0):
         super().__init__()
+        self.linear = nn.Linear(inputs, outputs)  # first: the head stays the last Linear
         self.backbone = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(True),
                                       nn.Dropout(dropout), nn.Linear(hidden, hidden),
                                       nn.ReLU(True))
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, outputs))
 
     def forward(self, x):
-        return self.head(self.backbone(x))
+        return self.head(self.backbone(x)) + self.linear(x)
 
 
 class CNN1D(nn.Module):
     """For windows of sensor records, (channels, time)."""
 
-    def __init__(self, channels: int, outputs: int, width: int = 64, dropout: float = 0.0):
+    def __init__(self, channels: int, outputs: int, width: int = 64, dropout: float = 0.0,
+                 norm: str = "batch"):
         super().__init__()
         self.backbone = nn.Sequential(
-            nn.Conv1d(channels, width, 5, padding=2), nn.BatchNorm1d(width), nn.ReLU(True),
-            nn.Conv1d(width, width, 5, stride=2, padding=2), nn.BatchNorm1d(width),
+            nn.Conv1d(channels, width, 5, padding=2), norm_layer(norm, width, 1), nn.ReLU(True),
+            nn.Conv1d(width, width, 5, stride=2, padding=2), norm_layer(norm, width, 1),
             nn.ReLU(True), nn.Conv1d(width, 2 * width, 5, stride=2, padding=2),
-            nn.BatchNorm1d(2 * width), nn.ReLU(True), nn.AdaptiveAvgPool1d(1), nn.Flatten())
+            norm_layer(norm, 2 * width, 1), nn.ReLU(True), nn.AdaptiveAvgPool1d(1),
+            nn.Flatten())
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(2 * width, outputs))
 
     def forward(self, x):
@@ -72,7 +88,10 @@ _AUTO = {"image": "resnet", "vector": "mlp", "sequence": "cnn1d"}
 TORCHVISION = "torchvision:"
 
 
-def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float) -> nn.Module:
+def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float,
+          width: int | None = None, norm: str = "batch") -> nn.Module:
+    """The model for `kind` data; `width` (None: the model's own default) and `norm` apply
+    to the built-in models."""
     if name == "auto":
         name = _AUTO[kind]
     family = "image" if name.startswith(TORCHVISION) else MODELS.get(name)
@@ -88,10 +107,20 @@ def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float
     if name.startswith(TORCHVISION):
         return _torchvision_model(name.removeprefix(TORCHVISION), outputs)
     if name == "resnet":
-        return SmallResNet(outputs, dropout=dropout, channels=input_shape[0])
+        return SmallResNet(outputs, width or 32, dropout, input_shape[0], norm)
     if name == "mlp":
-        return MLP(input_shape[0], outputs, dropout=dropout)
-    return CNN1D(input_shape[0], outputs, dropout=dropout)
+        return MLP(input_shape[0], outputs, width or 256, dropout)
+    return CNN1D(input_shape[0], outputs, width or 64, dropout, norm)
+
+
+def scale_outputs(model: nn.Module, mean: float, std: float) -> None:
+    """Regression: the model predicts standardised targets and its outputs are mapped
+    back to the targets' own units (the mean and std are buffers, so they are saved
+    with the weights), so that a fresh model starts at the mean whatever its scale."""
+    model.register_buffer("target_mean", torch.tensor(float(mean)))
+    model.register_buffer("target_std", torch.tensor(float(std)))
+    model.register_forward_hook(
+        lambda module, args, output: output * module.target_std + module.target_mean)
 
 
 def _torchvision_model(name: str, outputs: int) -> nn.Module:

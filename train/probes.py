@@ -2,37 +2,54 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 import packer
+from packer.errors import PackerError
+from train import lr_range, plots, recipe
 from train.config import TrainConfig
-from train.data import datasets, describe, non_finite, require_finite, to_inputs, to_targets
-from train.loop import build
+from train.data import IMAGE_MEAN, IMAGE_STD, datasets, describe, to_inputs, to_targets
+from train.finite import non_finite, require_finite
 from train.metrics import strict_json
+from train.run import build
+from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
 
 IMBALANCE = 5.0  # largest / smallest class count that earns a warning
 
 
-def _batches(config: TrainConfig, count: int, shuffle: bool = True):
+def _prepared(config: TrainConfig, shuffle: bool = True):
+    """The config with its auto fields chosen (the lr 1e-3 unless given), the data's
+    description and a loader over the training data."""
+    config = replace(config, lr=config.lr or 1e-3)
     info = describe(config)
+    recipe.refuse_mixing(config, info)
+    recipe.choose_image_size(config, info)
     train_set, _ = datasets(info, config)
+    recipe.choose(config, info, getattr(train_set, "total", len(train_set)), 1)
     train_set.shuffle = shuffle
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
                                num_workers=config.workers)
+    return config, info, loader
+
+
+def _first(loader, count: int) -> list:
     batches = []
     for batch in loader:
         batches.append(batch)
         if len(batches) == count:
             break
-    return info, batches, len(loader)
+    return batches
 
 
 def check(config: TrainConfig) -> dict:
-    """The data-pipeline checks; writes OUT/check_grid.png. Returns a report; its "error"
-    says where the data hold NaN or infinite values (None: nowhere)."""
-    info, batches, _ = _batches(config, 4)
+    """The data-pipeline checks; writes OUT/check_grid.png (samples as stored) and
+    OUT/check_augmented.png (the same samples as the model sees them). Returns a
+    report; its "error" says where the data hold NaN or infinite values (None: nowhere)."""
+    config, info, loader = _prepared(config)
+    batches = _first(loader, 4)
     run = build(config, 1, info)
     inputs = torch.cat([to_inputs(b, info, run.device) for b in batches])
     targets = torch.cat([to_targets(b, info, run.device) for b in batches])
@@ -54,63 +71,70 @@ def check(config: TrainConfig) -> dict:
         if low == 0 or high / low > IMBALANCE:
             report["warnings"].append(f"classes are imbalanced ({high:,} against {low:,} "
                                       "samples): consider --class-weights auto")
-    loss = run.loss_fn(run.model(inputs).float().squeeze(1) if info.task == "regress"
-                       else run.model(inputs).float(), targets)
+    _, loss = forward_loss(run, inputs, targets)
     loss.backward()
     grads = [p.grad for p in run.model.parameters() if p.grad is not None]
     report["forward_backward"] = {"loss": loss.item(), "finite_gradients": all(
         torch.isfinite(g).all().item() for g in grads)}
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    report["grid"] = str(_grid(batches[0], info, Path(config.out) / "check_grid.png"))
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report["grid"] = str(_raw_grid(batches[0], info, out / "check_grid.png"))
+    report["augmented_grid"] = str(_augmented_grid(run, batches[0], out / "check_augmented.png"))
     return report
 
 
-def _grid(batch: dict, info, path: Path) -> Path:
-    import matplotlib
+def _titles(labels, info) -> list[str]:
+    labels = torch.as_tensor(labels)
+    if info.classes and info.task == "classify":
+        return [info.classes[int(label)] for label in labels[:16]]
+    return [", ".join(f"{float(v):.3g}" for v in label.reshape(-1)[:3]) for label in labels[:16]]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    count = min(16, len(batch[info.label]))
-    figure, axes = plt.subplots(4, 4, figsize=(8, 8))
-    for index, axis in enumerate(axes.flat):
-        axis.axis("off")
-        if index >= count:
-            continue
-        label = batch[info.label][index]
-        name = info.classes[int(label)] if info.classes else f"{float(label):.3g}"
-        if info.kind == "image":
-            image = batch[info.inputs[0]][index]
-            axis.imshow(image.permute(1, 2, 0).numpy() if image.ndim == 3 else image.numpy(),
-                        cmap="gray")
-        else:
-            axis.plot(torch.as_tensor(batch[info.inputs[0]][index]).float().reshape(
-                len(batch[info.inputs[0]][index]), -1).numpy())
-        axis.set_title(name, fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
-    return path
+def _raw_grid(batch: dict, info, path: Path) -> Path:
+    images = list(batch[info.inputs[0]][:16])
+    return plots.grid(images, _titles(batch[info.label], info), path, "as stored")
+
+
+def _augmented_grid(run, batch: dict, path: Path) -> Path:
+    """The inputs after normalisation and the training augmentation (MixUp/CutMix too),
+    mapped back to [0, 1] for display: images by the normalisation's inverse, array
+    images min to max."""
+    info, config = run.info, run.config
+    inputs = to_inputs(batch, info, run.device)[:16]
+    targets = to_targets(batch, info, run.device)[:16]
+    inputs, mixed = training_batch(run, inputs, targets, set_seed(config.seed, 0))
+    if info.decoded_images:
+        shown = inputs * IMAGE_STD + IMAGE_MEAN
+    elif info.kind == "image":
+        low = inputs.amin(dim=(1, 2, 3), keepdim=True)
+        shown = (inputs - low) / (inputs.amax(dim=(1, 2, 3), keepdim=True) - low).clamp_min(1e-8)
+    else:
+        shown = inputs
+    titles = (_titles(targets, info) if mixed.ndim == targets.ndim
+              else [f"{info.classes[int(row.argmax())]} ({row.max():.2f})" for row in mixed])
+    extra = f", mixup {config.mixup}, cutmix {config.cutmix}" if mixed is not targets else ""
+    return plots.grid(list(shown.detach().cpu()), titles, path,
+                      f"as the model sees them: --augment {config.augment}{extra}")
 
 
 def overfit(config: TrainConfig, samples: int = 128, max_steps: int = 300) -> dict:
     """Train on `samples` samples until the loss is near zero; says whether it got there."""
-    config.batch_size = min(config.batch_size, samples)
-    info, batches, _ = _batches(config, math.ceil(samples / config.batch_size), shuffle=False)
+    config = replace(config, augment="none", dropout=0.0, weight_decay=0.0, mixup=0.0,
+                     cutmix=0.0, schedule="constant", warmup_epochs=0)
+    config.batch_size = min(config.batch_size or samples, samples)
+    config, info, loader = _prepared(config, shuffle=False)
     require_finite(info, config)
-    config.augment, config.dropout, config.weight_decay = False, 0.0, 0.0
     run = build(config, 1, info)
-    data = [(to_inputs(b, info, run.device), to_targets(b, info, run.device)) for b in batches]
+    data = [(to_inputs(b, info, run.device), to_targets(b, info, run.device))
+            for b in _first(loader, math.ceil(samples / config.batch_size))]
     run.model.train()
     losses = []
     for step in range(max_steps):
-        inputs, targets = data[step % len(data)]
-        outputs = run.model(inputs).float()
-        loss = run.loss_fn(outputs.squeeze(1) if info.task == "regress" else outputs, targets)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        run.optimizer.step()
-        losses.append(loss.item())
+        try:
+            losses.append(train_step(run, *data[step % len(data)]).item())
+        except NonFiniteLoss:
+            raise PackerError(f"overfit: the loss became NaN or infinite at step {step + 1}: "
+                              "try a lower --lr") from None
         if step >= len(data) and max(losses[-len(data):]) < 0.01:
             break
     first, last = losses[0], max(losses[-len(data):])
@@ -123,54 +147,21 @@ def overfit(config: TrainConfig, samples: int = 128, max_steps: int = 300) -> di
                         "try another --lr, or a bigger --model")}
 
 
-def lr_find(config: TrainConfig, steps: int = 100, low: float = 1e-6,
-            high: float = 1.0) -> dict:
-    """The learning-rate range test: lr grows exponentially while the loss is recorded;
-    writes OUT/lr_find.png and OUT/lr_find.json and suggests a learning rate."""
-    info, batches, _ = _batches(config, steps)
+def lr_find(config: TrainConfig, steps: int = 100) -> dict:
+    """The learning-rate range test; writes OUT/lr_find.png and OUT/lr_find.json and
+    suggests a learning rate."""
+    config = replace(config, schedule="constant", warmup_epochs=0)
+    config, info, loader = _prepared(config)
     require_finite(info, config)
-    config.schedule, config.warmup_epochs = "constant", 0
     run = build(config, 1, info)
-    run.model.train()
-    rates, losses, smooth = [], [], None
-    for step in range(steps):
-        lr = low * (high / low) ** (step / max(steps - 1, 1))
-        for group in run.optimizer.param_groups:
-            group["lr"] = lr
-        batch = batches[step % len(batches)]
-        inputs, targets = to_inputs(batch, info, run.device), to_targets(batch, info, run.device)
-        outputs = run.model(inputs).float()
-        loss = run.loss_fn(outputs.squeeze(1) if info.task == "regress" else outputs, targets)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        run.optimizer.step()
-        smooth = loss.item() if smooth is None else 0.9 * smooth + 0.1 * loss.item()
-        rates.append(lr)
-        losses.append(smooth)
-        if not math.isfinite(smooth) or smooth > 4 * min(losses):
-            break
-    best = min(range(len(losses)), key=losses.__getitem__)
-    result = {"lrs": rates, "losses": losses, "suggested_lr": rates[best] / 10,
-              "min_loss_lr": rates[best]}
+
+    def batches():
+        return ((to_inputs(b, info, run.device), to_targets(b, info, run.device))
+                for b in loader)
+
+    result = lr_range.sweep(run, batches, steps)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "lr_find.json").write_text(json.dumps(strict_json(result), allow_nan=False))
-    _plot_lr(rates, losses, result["suggested_lr"], out / "lr_find.png")
+    plots.lr_test(result["lrs"], result["losses"], result["suggested_lr"], out / "lr_find.png")
     return result
-
-
-def _plot_lr(rates: list, losses: list, suggested: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot(rates, losses)
-    axis.axvline(suggested, color="C1", linestyle="--", label=f"suggested {suggested:.2g}")
-    axis.set(xscale="log", xlabel="learning rate", ylabel="loss (smoothed)",
-             title="learning-rate range test")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)

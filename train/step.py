@@ -1,0 +1,88 @@
+"""The one training step (`fit`, `overfit` and `lr-find` all take it) and the one seed."""
+
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from train.augment import augment_images, mix
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The training loss became NaN or infinite (on some rank): no step was taken."""
+
+
+def seed_number(seed: int, epoch: int | None = None) -> int:
+    return seed if epoch is None else seed * 100_003 + epoch
+
+
+def set_seed(seed: int, epoch: int | None = None) -> torch.Generator:
+    """Seed torch (initialisation, dropout), numpy and random for `seed` and, within a
+    run, `epoch` (so that a resumed epoch draws what it drew the first time); returns a
+    CPU generator of the same number for augmentation and data order."""
+    number = seed_number(seed, epoch)
+    torch.manual_seed(number)
+    np.random.seed(number % 2 ** 32)
+    random.seed(number)
+    return torch.Generator().manual_seed(number)
+
+
+def training_batch(run, inputs: torch.Tensor, targets: torch.Tensor,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as training sees it: augmented images, then MixUp/CutMix (whose
+    targets are class probabilities)."""
+    config, info = run.config, run.info
+    if info.kind == "image":
+        inputs = augment_images(inputs, generator, config.augment)
+    if config.mixup or config.cutmix:
+        if info.task == "classify":
+            targets = F.one_hot(targets, info.num_outputs).float()
+        inputs, targets = mix(inputs, targets, config.mixup, config.cutmix, generator)
+    return inputs, targets
+
+
+def forward_loss(run, inputs: torch.Tensor, targets: torch.Tensor):
+    """(outputs, loss) under the run's mixed precision; outputs and loss in float32."""
+    with torch.autocast(run.device.type, dtype=run.amp_dtype or torch.float32,
+                        enabled=run.amp_dtype is not None):
+        outputs = run.model(inputs).float()
+    if run.info.task == "regress":
+        outputs = outputs.squeeze(1)
+    return outputs, run.loss_fn(outputs, targets)
+
+
+def train_step(run, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Forward, backward (through the gradient scaler for fp16), clipping, one optimizer
+    step and one scheduler step; returns the loss. Raises NonFiniteLoss, before any
+    update, when the loss is NaN or infinite on any rank."""
+    config, optimizer = run.config, run.optimizer
+    _, loss = forward_loss(run, inputs, targets)
+    if not _finite(run, loss):
+        raise NonFiniteLoss(loss.item())
+    optimizer.zero_grad(set_to_none=True)
+    if run.scaler:
+        run.scaler.scale(loss).backward()
+        run.scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    if config.clip_grad:
+        nn.utils.clip_grad_norm_(run.model.parameters(), config.clip_grad)
+    if run.scaler:
+        run.scaler.step(optimizer)
+        run.scaler.update()
+    else:
+        optimizer.step()
+    if not isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        run.scheduler.step()
+    return loss.detach()
+
+
+def _finite(run, loss: torch.Tensor) -> bool:
+    """Whether the loss is finite on every rank (so that all ranks stop together)."""
+    finite = torch.isfinite(loss.detach()).float()
+    if run.world > 1:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite.item())
