@@ -131,11 +131,11 @@ def cli():
                    "machine one process is as fast.")
 @click.option("--shard-size", type=_Size(), default="256MB", show_default=True,
               callback=_shard_size,
-              help="webdataset: most bytes per shard, headers and the tar end included "
-                   "(e.g. 64MB, 1GiB; at least 10KiB). Only a shard holding one sample "
-                   "larger than this is bigger.")
+              help="webdataset, tfrecord: most bytes per shard or part, headers and the "
+                   "tar end included (e.g. 64MB, 1GiB; at least 10KiB). Only a shard "
+                   "holding one sample larger than this is bigger.")
 @click.option("--max-count", type=click.IntRange(min=1),
-              help="webdataset: most samples per shard.")
+              help="webdataset, tfrecord: most samples per shard or part.")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")

@@ -48,8 +48,8 @@ PACK_OPTIONS = {
     "follow_symlinks": Applies(FOLDERS),
     "check": Applies(frozenset({FOLDER})),  # binary files are checked against the spec
     "on_error": Applies(FOLDERS),  # only files are ever skipped
-    "shard_size": Applies(EVERY_KIND, formats=("webdataset",)),
-    "max_count": Applies(EVERY_KIND, formats=("webdataset",)),
+    "shard_size": Applies(EVERY_KIND, formats=("webdataset", "tfrecord")),
+    "max_count": Applies(EVERY_KIND, formats=("webdataset", "tfrecord")),
     "window": Applies(frozenset({DUMP})),
     "stride": Applies(frozenset({DUMP}), needs={DUMP: "window"}),
     "tail": Applies(frozenset({DUMP, BINARY_FOLDER})),

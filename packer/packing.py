@@ -140,8 +140,8 @@ def _start(out: Path, source, plan: dict, options: PackOptions):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         progress = None
-    limits = ((options.shard_size, options.max_count or 1 << 62) if options.to == "webdataset"
-              else (BLOCK_BYTES, BLOCK_COUNT))
+    limits = ((options.shard_size, options.max_count or 1 << 62)
+              if options.to in ("webdataset", "tfrecord") else (BLOCK_BYTES, BLOCK_COUNT))
     writer = format_module(options.to).WRITER(work, plan, *limits)
     tally = Tally(class_counts=[0] * len(plan["classes"] or []))
     restarted = progress and writer.resume(progress["parts"])
