@@ -96,6 +96,28 @@ def test_a_table_is_stored_as_float_features(tmp_path):
     assert "OK" in run("verify", tmp_path / "tfrecord", "-q").output
 
 
+def test_records_decode_as_protobuf_parses_them():
+    sample = {"__key__": "a/ü b", "big": bytes(range(256)) * 300, "empty": b"", "cls": 7,
+              "neg": -3, "npy": np.linspace(0, 1, 40, dtype=np.float32).reshape(5, 8)}
+    record = b"".join(codec.encode_record(sample))
+    example = example_pb2.Example()
+    example.ParseFromString(record[12:-4])
+    parsed = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        parsed[name] = (kind, list(getattr(feature, kind).value))
+    ours = codec.decode_example(record, 12, len(record) - 4)
+    assert parsed == {"__key__": ("bytes_list", ["a/ü b".encode()]),
+                      "big": ("bytes_list", [sample["big"]]), "empty": ("bytes_list", [b""]),
+                      "cls": ("int64_list", [7]), "neg": ("int64_list", [-3]),
+                      "npy": ("float_list", sample["npy"].ravel().tolist())}
+    kinds = {codec.BYTES_LIST: "bytes_list", codec.INT64_LIST: "int64_list",
+             codec.FLOAT_LIST: "float_list"}
+    assert {name: (kinds[kind], np.frombuffer(b"".join(values), "<f4").tolist()
+                   if kind == codec.FLOAT_LIST else values)
+            for name, (kind, values) in ours.items()} == parsed
+
+
 def test_records_of_another_writer_decode(tmp_path):
     """Records written with the protobuf runtime (the tfrecord package's writer), with
     lists of several values, read by the hand-written codec."""

@@ -17,7 +17,7 @@ Encoding writes packed lists; decoding also reads unpacked ones, skips unknown f
 and lets a later map entry of the same name win, as protobuf does.
 """
 
-import struct
+from functools import lru_cache
 
 from crc32c import crc32c
 
@@ -30,7 +30,6 @@ _LEN = 2  # the wire type of a length-delimited field
 _MASK_DELTA = 0xA282EAD8
 _U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
 _KIND_TAG = {kind: bytes([kind << 3 | _LEN]) for kind in (BYTES_LIST, FLOAT_LIST, INT64_LIST)}
-_KEY_NAME = KEY.encode()
 
 
 class ProtobufError(ValueError):
@@ -60,16 +59,18 @@ def _varint_size(value: int) -> int:
     return 1 if value < 0x80 else (value.bit_length() + 6) // 7
 
 
-def _entry_head(name: bytes, kind: int, size: int) -> bytes:
+@lru_cache(maxsize=1 << 14)  # a field's head depends only on its payload's size
+def _entry_head(name: str, kind: int, size: int) -> bytes:
     """A Features map entry up to its payload, which is the `size` bytes of a BytesList
     value, a packed FloatList or a packed Int64List (the same shape on the wire)."""
+    name_bytes = name.encode("utf-8", "surrogateescape")
     list_size = 1 + _varint_size(size) + size
     feature_size = 1 + _varint_size(list_size) + list_size
-    entry_size = 2 + _varint_size(len(name)) + len(name) + _varint_size(feature_size) \
-        + feature_size
-    return b"".join((b"\x0a", varint(entry_size), b"\x0a", varint(len(name)), name, b"\x12",
-                     varint(feature_size), _KIND_TAG[kind], varint(list_size), b"\x0a",
-                     varint(size)))
+    entry_size = 2 + _varint_size(len(name_bytes)) + len(name_bytes) \
+        + _varint_size(feature_size) + feature_size
+    return b"".join((b"\x0a", varint(entry_size), b"\x0a", varint(len(name_bytes)),
+                     name_bytes, b"\x12", varint(feature_size), _KIND_TAG[kind],
+                     varint(list_size), b"\x0a", varint(size)))
 
 
 def _feature(value) -> tuple[int, bytes]:
@@ -91,17 +92,16 @@ def encode_record(sample: dict) -> list[bytes]:
     """One framed record holding the sample as an Example: the key as the bytes
     feature `__key__`, then one feature per field."""
     key = sample[KEY].encode("utf-8", "surrogateescape")
-    pieces = [_entry_head(_KEY_NAME, BYTES_LIST, len(key)), key]
+    pieces = [b"\x0a", b"", _entry_head(KEY, BYTES_LIST, len(key)), key]
     for name, value in sample.items():
         if name != KEY:
             kind, payload = _feature(value)
-            pieces += (_entry_head(name.encode("utf-8", "surrogateescape"), kind,
-                                   len(payload)), payload)
-    features = b"".join(pieces)
-    data = b"".join((b"\x0a", varint(len(features)), features))
-    length = struct.pack("<Q", len(data))
-    return [length, struct.pack("<I", masked_crc(length)), data,
-            struct.pack("<I", masked_crc(data))]
+            pieces += (_entry_head(name, kind, len(payload)), payload)
+    pieces[1] = varint(sum(map(len, pieces)) - 1)  # the size of the Features message
+    data = b"".join(pieces)
+    length = len(data).to_bytes(8, "little")
+    return [length, masked_crc(length).to_bytes(4, "little"), data,
+            masked_crc(data).to_bytes(4, "little")]
 
 
 def _read_varint(data, position: int, end: int) -> tuple[int, int]:
@@ -192,8 +192,9 @@ def _entry(data, start: int, end: int) -> tuple[str, tuple[int, list]]:
 
 def _usual_example(data, position: int, end: int) -> dict[str, tuple[int, list]] | None:
     """An Example laid out as writers lay it out (each map entry its name, then a Feature
-    of one list of one value, packed), read in one flat pass: the reader's hot loop.
-    None for any other layout, which `_fields` then reads."""
+    of one list of one bytes value or of packed numbers), read in one flat pass with
+    one-byte lengths read inline: the reader's hot loop. None for any other layout,
+    which `_fields` then reads. `data` holds the record's CRC past `end`."""
     if data[position] != 0x0A:
         return None
     size, position = _read_varint(data, position + 1, end)
@@ -201,28 +202,40 @@ def _usual_example(data, position: int, end: int) -> dict[str, tuple[int, list]]
         return None
     features = {}
     while position < end:
-        if data[position] != 0x0A:  # a map entry
+        size = data[position + 1]  # a map entry
+        if data[position] != 0x0A:
             return None
-        size, position = _read_varint(data, position + 1, end)
+        position += 2
+        if size >= 0x80:
+            size, position = _read_varint(data, position - 1, end)
         entry_end = position + size
-        size = data[position + 1] if entry_end <= end else 0x80  # its name
-        if size >= 0x80 or position + 2 + size >= entry_end or data[position] != 0x0A \
-                or data[position + 2 + size] != 0x12:
+        size = data[position + 1]  # its name
+        name_end = position + 2 + size
+        if entry_end > end or size >= 0x80 or name_end + 4 > entry_end \
+                or data[position] != 0x0A or data[name_end] != 0x12:
             return None
-        name = data[position + 2:position + 2 + size]
-        size, position = _read_varint(data, position + 3 + size, end)  # its Feature
-        if position + size != entry_end or position == entry_end:
+        name = data[position + 2:name_end]
+        size = data[name_end + 1]  # its Feature
+        position = name_end + 2
+        if size >= 0x80:
+            size, position = _read_varint(data, position - 1, end)
+        if position + size != entry_end:
             return None
-        tag = data[position]
-        size, position = _read_varint(data, position + 1, end)  # the Feature's list
-        if position + size != entry_end or data[position] != 0x0A:
+        tag, size = data[position], data[position + 1]  # the Feature's list
+        position += 2
+        if size >= 0x80:
+            size, position = _read_varint(data, position - 1, end)
+        if position + size != entry_end or data[position] != 0x0A or tag not in _USUAL_KINDS:
             return None
-        size, position = _read_varint(data, position + 1, end)  # the list's values
-        if position + size != entry_end or tag not in _USUAL_KINDS:
+        size = data[position + 1]  # the list's values
+        position += 2
+        if size >= 0x80:
+            size, position = _read_varint(data, position - 1, end)
+        if position + size != entry_end:
             return None
-        values = [data[position:entry_end]] if tag != 0x1A else _packed_int64(
-            data, position, entry_end)
-        features[name.decode("utf-8", "surrogateescape")] = (_USUAL_KINDS[tag], values)
+        features[name.decode("utf-8", "surrogateescape")] = (_USUAL_KINDS[tag], [
+            data[position:entry_end]] if tag != 0x1A else _packed_int64(data, position,
+                                                                          entry_end))
         position = entry_end
     return features
 
