@@ -59,6 +59,14 @@ def test_images_round_trip_in_size_bounded_parts(image_folder, packed, tmp_path)
         assert part.stat().st_size + index_lines(following)[0][1] > 12000
 
 
+def test_parts_are_byte_identical_for_any_worker_count(image_folder, packed, tmp_path):
+    run("pack", image_folder, "--to", "tfrecord", "-o", tmp_path / "j2", "--max-count", "8",
+        "-j", "2", "-q")
+    files = sorted(p.name for p in packed.glob("part-*"))
+    assert len(files) == 2 * len(manifest_of(packed)["parts"])
+    assert all((packed / n).read_bytes() == (tmp_path / "j2" / n).read_bytes() for n in files)
+
+
 def test_the_tfrecord_package_reads_every_record(packed):
     manifest, seen = manifest_of(packed), []
     for part in manifest["parts"]:

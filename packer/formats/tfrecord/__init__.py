@@ -183,23 +183,25 @@ class Reader:
 
     def _sample(self, data: bytes, begin: int, end: int, part: int, offset: int) -> dict:
         length, length_crc = _HEAD.unpack_from(data, begin)
-        where = f"{self.paths[part]}: the record at byte offset {offset:,}"
-        if masked_crc(data[begin:begin + 8]) != length_crc:
-            raise TFRecordError(f"{where}: its length does not match its CRC-32C (the file "
-                                "is damaged there)")
-        if HEADER + length + FOOTER != end - begin:
-            raise TFRecordError(f"{where}: holds {length:,} bytes of data, the index "
-                                f"{index_path(self.paths[part]).name} gives it "
-                                f"{end - begin - HEADER - FOOTER:,}")
         body_end = end - FOOTER
+        if masked_crc(data[begin:begin + 8]) != length_crc:
+            self._fail(part, offset, "its length does not match its CRC-32C (the file is "
+                       "damaged there)")
+        if HEADER + length + FOOTER != end - begin:
+            self._fail(part, offset, f"holds {length:,} bytes of data, the index "
+                       f"{index_path(self.paths[part]).name} gives it "
+                       f"{end - begin - HEADER - FOOTER:,}")
         if masked_crc(memoryview(data)[begin + HEADER:body_end]) != _CRC.unpack_from(
                 data, body_end)[0]:
-            raise TFRecordError(f"{where}: its data do not match their CRC-32C (the file is "
-                                "damaged there)")
+            self._fail(part, offset, "its data do not match their CRC-32C (the file is "
+                       "damaged there)")
         try:
             return self._fields(decode_example(data, begin + HEADER, body_end))
         except (ProtobufError, IndexError, UnicodeDecodeError) as err:
-            raise TFRecordError(f"{where}: not a tf.train.Example: {err}") from None
+            self._fail(part, offset, f"not a tf.train.Example: {err}")
+
+    def _fail(self, part: int, offset: int, what: str):
+        raise TFRecordError(f"{self.paths[part]}: the record at byte offset {offset:,}: {what}")
 
     def _fields(self, features: dict) -> dict:
         kind, values = features.pop(KEY, (BYTES_LIST, []))
