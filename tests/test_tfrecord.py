@@ -172,7 +172,8 @@ def test_a_flipped_byte_is_reported_with_file_and_offset(packed):
     with pytest.raises(TFRecordError) as error:
         list(iter_samples(packed))
     assert str(error.value) == (f"{part}: the record at byte offset {offset:,}: its data do "
-                                "not match their CRC-32C (the file is damaged there)")
+                                "not match their CRC-32C (the file is damaged there); restore "
+                                "the part from a copy or pack again")
     data[offset + size - 10] ^= 0x01
     data[offset + 2] ^= 0x01  # the length
     part.write_bytes(bytes(data))
@@ -188,7 +189,8 @@ def test_a_truncated_part_names_the_cut_record(packed):
         list(iter_samples(packed))
     assert str(error.value) == (f"{part}: truncated: the file ends at byte "
                                 f"{offset + size // 2:,}, inside record 5, which starts at "
-                                f"byte offset {offset:,}")
+                                f"byte offset {offset:,}; restore the part from a copy or "
+                                "pack again")
     report = json.loads(run("verify", packed, "--json", "-q", expect=1).output)
     assert any("part-000001.tfrecord: unreadable after sample" in p and "the 5 read before"
                in p for p in report["problems"])

@@ -3,8 +3,8 @@
     OUT/
       manifest.json
       part-000000.tfrecord    records back to back, sample order, nothing between them
-      part-000000.tfindex     one line per record: "OFFSET SIZE\\n" (the `tfrecord`
-      part-000001.tfrecord    package's index: tfrecord.TFRecordDataset(part, index))
+      part-000000.tfindex     one line per record: "OFFSET SIZE\\n", as the `tfrecord`
+      part-000001.tfrecord    package's tfrecord2idx writes it (its readers take it)
       part-000001.tfindex
 
     a record (little-endian)                         its Example's features
@@ -25,6 +25,7 @@ the index says; a damaged or cut record raises `TFRecordError` naming the file a
 record's byte offset.
 """
 
+
 import hashlib
 import os
 import struct
@@ -33,6 +34,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import accumulate
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -52,6 +54,8 @@ from packer.formats.tfrecord.codec import (
 PART_NAME = "part-{:06d}.tfrecord"
 _HEAD, _CRC = struct.Struct("<QI"), struct.Struct("<I")
 INDEX_SUFFIX = ".tfindex"
+_REBUILD = ("pack again, or rebuild the index from the part with the tfrecord package's "
+            "`tfrecord2idx PART INDEX`")
 SAMPLE_DIGESTS = False  # each part's sha256 covers its samples, each record has its CRCs
 encode = encode_record
 
@@ -122,10 +126,11 @@ def load_index(path: Path, count: int) -> np.ndarray:
     try:
         numbers = np.array(where.read_text().split(), np.int64)
     except (OSError, ValueError) as err:
-        raise TFRecordError(f"{where}: cannot read the index of {path.name}: {err}") from None
+        raise TFRecordError(f"{where}: cannot read the index of {path.name}: {err}; "
+                            f"{_REBUILD}") from None
     if numbers.size != 2 * count:
         raise TFRecordError(f"{where}: lists {numbers.size // 2:,} records, the manifest says "
-                            f"{path.name} holds {count:,}")
+                            f"{path.name} holds {count:,}; {_REBUILD}")
     starts, sizes = numbers[0::2], numbers[1::2]
     ends = starts + sizes
     gaps = np.flatnonzero(starts[1:] != ends[:-1])
@@ -133,7 +138,7 @@ def load_index(path: Path, count: int) -> np.ndarray:
         line = 1 if starts[0] != 0 else int(gaps[0]) + 2 if gaps.size else int(
             np.argmax(sizes < HEADER + FOOTER)) + 1
         raise TFRecordError(f"{where}: line {line} does not give the next record of "
-                            f"{path.name} (records lie back to back from byte 0)")
+                            f"{path.name} (records lie back to back from byte 0); {_REBUILD}")
     return np.append(starts, ends[-1] if count else 0)
 
 
@@ -178,7 +183,8 @@ class Reader:
             if end - low > len(data):
                 raise TFRecordError(f"{self.paths[part]}: truncated: the file ends at byte "
                                     f"{low + len(data):,}, inside record {number:,}, which "
-                                    f"starts at byte offset {begin:,}")
+                                    f"starts at byte offset {begin:,}; restore the part "
+                                    "from a copy or pack again")
             yield self._sample(data, begin - low, end - low, part, begin)
 
     def _sample(self, data: bytes, begin: int, end: int, part: int, offset: int) -> dict:
@@ -200,8 +206,9 @@ class Reader:
         except (ProtobufError, IndexError, UnicodeDecodeError) as err:
             self._fail(part, offset, f"not a tf.train.Example: {err}")
 
-    def _fail(self, part: int, offset: int, what: str):
-        raise TFRecordError(f"{self.paths[part]}: the record at byte offset {offset:,}: {what}")
+    def _fail(self, part: int, offset: int, what: str) -> NoReturn:
+        raise TFRecordError(f"{self.paths[part]}: the record at byte offset {offset:,}: "
+                            f"{what}; restore the part from a copy or pack again")
 
     def _fields(self, features: dict) -> dict:
         kind, values = features.pop(KEY, (BYTES_LIST, []))
