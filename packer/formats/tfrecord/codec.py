@@ -81,6 +81,8 @@ def _feature(value) -> tuple[int, bytes]:
     if type(value) is bytes:
         return BYTES_LIST, value
     if isinstance(value, int):
+        if not -(1 << 63) <= value < 1 << 63:
+            raise ValueError(f"{value} does not fit an int64 feature")
         return INT64_LIST, varint(value & _U64)
     if getattr(value, "dtype", None) == "<f4" and (value.flags.c_contiguous
                                                    or not value.flags.f_contiguous):
