@@ -25,7 +25,6 @@ the index says; a damaged or cut record raises `TFRecordError` naming the file a
 record's byte offset.
 """
 
-
 import hashlib
 import os
 import struct
