@@ -14,13 +14,18 @@ Packing never imports torch: every name is imported when first used.
 __version__ = "0.1.0"
 
 # Names are imported when first used, so that `packer pack` starts without numpy,
-# torch or h5py unless the job needs them.
+# torch or h5py unless the job needs them. No module of packer/ itself is named like
+# one of these (`packer.pack` is a function: the pack side is packer/packing/).
 _LAZY_NAMES = {
-    "iter_samples": "packer.dataset", "load_manifest": "packer.manifest",
-    "PackOptions": "packer.packing", "pack": "packer.packing", "unpack": "packer.unpack",
-    "verify": "packer.verify", "DataLoader": "packer.loader",
-    "PackedDataset": "packer.loader", "open_dataset": "packer.loader",
-    "collate_samples": "packer.loader",
+    "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
+    "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
+    "pack": "packer.packing.pipeline", "unpack": "packer.read.unpack",
+    "verify": "packer.read.verify",
+    "DataLoader": "packer.read.loader", "PackedDataset": "packer.read.loader",
+    "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
+    "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
+    "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
+    "PackerGroup": "packer.cli.group",  # the error formatting of packer's command lines
 }
 
 
@@ -28,9 +33,10 @@ def __getattr__(name: str):
     if name in _LAZY_NAMES:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        globals()[name] = value  # looked up once
+        return value
     raise AttributeError(f"module 'packer' has no attribute {name!r}")
 
 
-__all__ = ["DataLoader", "PackOptions", "PackedDataset", "collate_samples", "iter_samples",
-           "load_manifest", "open_dataset", "pack", "unpack", "verify"]
+__all__ = sorted(_LAZY_NAMES)

@@ -23,12 +23,13 @@ from pathlib import Path
 import psutil
 import torch
 
-from packer.checks import check_file
-from packer.decode import IMAGE_FIELDS, rgb8_tensor
 from packer.errors import UsageProblem
-from packer.loader import open_dataset
-from packer.manifest import MANIFEST_NAME, load_manifest
-from packer.sources.files import read_file, scan_folder
+from packer.formats import format_module
+from packer.manifest import is_packed, load_manifest
+from packer.read.decode import rgb8_tensor
+from packer.read.loader import open_dataset
+from packer.read.loose import LooseImages, loose_images
+from packer.sources.files.scan import read_file
 
 
 @dataclass
@@ -42,39 +43,10 @@ class BenchOptions:
     image_size: int = 64
 
 
-def loose_images(folder: Path) -> list[tuple[str, int]]:
-    """(path, class id) of each image of a folder, as packing would take them: the
-    first file of each sample, leaving out what the cheap check would skip."""
-    kept = []
-    for sample in scan_folder(folder).samples():
-        field, name = sample.files[0]
-        path = str(folder / name)
-        if field.lower() in IMAGE_FIELDS and check_file(field, read_file(path), "header") is None:
-            kept.append((path, sample.label or 0))
-    return kept
-
-
-class LooseImages(torch.utils.data.Dataset):
-    """The baseline: one file opened, read and (unless `decode` is off) decoded per
-    sample, as people write it by hand; samples look like the loader's."""
-
-    def __init__(self, files: list[tuple[str, int]], image_size: int, decode: bool = True):
-        self.files, self.decode, self.size = files, decode, (image_size, image_size)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, index: int) -> dict:
-        path, label = self.files[index]
-        with open(path, "rb") as file:
-            data = file.read()
-        if self.decode:
-            data = rgb8_tensor(data, self.size, Path(path).suffix[1:].lower())
-        return {"__key__": path, "jpg": data, "cls": label}
-
-
 @dataclass
-class Reader:
+class Contender:
+    """One of the readers compared: a loose folder, or a packed dataset."""
+
     name: str  # the path as given
     kind: str  # "loose" or the packed format
     files: list[str]  # what `cat` reads and the cold cache drops
@@ -90,22 +62,21 @@ class Reader:
                             image_size=options.image_size)
 
 
-def describe(path: str) -> Reader:
+def describe(path: str) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
     left out, as packing leaves them out, so that every reader reads the same samples)."""
     folder = Path(path)
-    if not folder.is_dir():
+    if not folder.is_dir() and not is_packed(folder):
         raise UsageProblem(f"{path}: not a folder or a packed dataset")
-    if (folder / MANIFEST_NAME).is_file():
+    if is_packed(folder):
         manifest = load_manifest(folder)
-        names = [p["name"] for p in manifest["parts"] if "name" in p] or [
-            n for n in ("data.mdb", "data.h5") if (folder / n).exists()]
+        files = format_module(manifest["format"]).data_files(folder, manifest)
         data = sum(f["bytes"] for f in manifest["fields"].values())
-        return Reader(path, manifest["format"], [str(folder / n) for n in names],
-                      manifest["count"], data)
+        return Contender(path, manifest["format"], [str(f) for f in files], manifest["count"],
+                         data)
     kept = loose_images(folder)
     files = [name for name, _ in kept]
-    return Reader(path, "loose", files, len(files), sum(Path(f).stat().st_size for f in files),
+    return Contender(path, "loose", files, len(files), sum(Path(f).stat().st_size for f in files),
                   [label for _, label in kept])
 
 
@@ -159,7 +130,7 @@ def drop_took_effect(path: str) -> bool:
     return cold > 2 * (time.perf_counter() - began)
 
 
-def cat_rate(reader: Reader, cold: bool) -> float:
+def cat_rate(reader: Contender, cold: bool) -> float:
     """Samples/s that reading the reader's files end to end gives (the IO ceiling)."""
     if cold:
         drop_cache(reader.files)
@@ -171,7 +142,7 @@ def cat_rate(reader: Reader, cold: bool) -> float:
     return reader.count / (time.perf_counter() - began)
 
 
-def decode_limit(reader: Reader, image_size: int, sample_count: int = 500) -> float:
+def decode_limit(reader: Contender, image_size: int, sample_count: int = 500) -> float:
     """Single-core decode+resize rate of the reader's images, times the cores."""
     images = [read_file(p) for p in reader.files[:sample_count]]
     began = time.perf_counter()
@@ -235,7 +206,7 @@ def resident_bytes(process: psutil.Process) -> tuple[int, int]:
     return int(fields["Rss"]) * 1024, int(fields.get("Pss", fields["Rss"])) * 1024
 
 
-def run_once(reader: Reader, workers: int, options: BenchOptions, cold: bool) -> dict:
+def run_once(reader: Contender, workers: int, options: BenchOptions, cold: bool) -> dict:
     if cold:
         drop_cache(reader.files)
     dataset = reader.dataset(options)
@@ -309,7 +280,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
             "results": results, "ceilings": ceilings, "recommend": recommend(results)}
 
 
-def _cold_check(readers: list[Reader], options: BenchOptions) -> bool | None:
+def _cold_check(readers: list[Contender], options: BenchOptions) -> bool | None:
     if not options.cold:
         return None
     biggest = max((f for r in readers for f in r.files), key=lambda f: Path(f).stat().st_size)

@@ -1,4 +1,5 @@
-"""The manifest: `manifest.json` beside the data, the one description readers trust.
+"""The manifest: `manifest.json` beside the data (or, in a dataset that is one file,
+where its format keeps it), the one description readers trust.
 
 It holds the format and layout version, the sample count, the fields (dtype,
 count, bytes), class names in id order with their counts, the parts (shards or
@@ -8,13 +9,17 @@ version, and `skipped`: every input that was not packed, with the reason.
 
 import json
 import os
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
+from packer import formats
 from packer.errors import DatasetError, NoSuchDataset
-from packer.formats.base import LAYOUT_VERSION
+from packer.sample import LAYOUT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
+SCHEMA_FILE = "manifest.schema.json"  # in packer/schemas/, for other tools too
 
 
 def partial_path(out: Path) -> Path:
@@ -46,19 +51,96 @@ def load_manifest(dataset: Path) -> dict:
                            "failed); finish it with `packer pack ... --resume`")
     if not dataset.exists():
         raise NoSuchDataset(f"{dataset}: no such packed dataset")
-    path = dataset / MANIFEST_NAME
-    if not path.is_file():
-        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
-                           "make one with `packer pack`")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+    manifest = _file_manifest(dataset) if dataset.is_file() else _folder_manifest(dataset)
+    check_manifest(manifest, dataset if dataset.is_file() else dataset / MANIFEST_NAME)
     if manifest.get("layout_version", 1) > LAYOUT_VERSION:
         raise DatasetError(f"{dataset}: written by {manifest.get('tool', 'a newer packer')} "
                            f"in layout {manifest['layout_version']}, which this packer "
                            f"(layout {LAYOUT_VERSION}) cannot read; upgrade packer")
     return manifest
+
+
+@cache
+def _validator():
+    import jsonschema  # here, so that packing, which writes manifests, never loads it
+
+    schema = json.loads(resources.files("packer").joinpath("schemas", SCHEMA_FILE).read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_manifest(manifest, path: Path) -> None:
+    """A DatasetError naming the first problem when `manifest` does not match the
+    schema, or its counts do not add up."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(manifest))
+    if error is not None:
+        where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the top level"
+        problem = f"at {where}: {error.message}"
+    else:
+        problem = _count_problem(manifest)
+    if problem:
+        raise DatasetError(f"{path}: the manifest is damaged ({problem}); it does not match "
+                           f"packer's manifest schema (packer/schemas/{SCHEMA_FILE}), so the "
+                           "dataset cannot be read: restore the dataset or pack the source "
+                           "again")
+
+
+def _count_problem(manifest: dict) -> str | None:
+    """Where the parts, the count and the classes disagree, or None."""
+    if manifest["format"] not in formats.registered():
+        return (f"format {manifest['format']!r} is none that packer reads: "
+                f"{', '.join(formats.registered())}")
+    first = 0
+    for position, part in enumerate(manifest["parts"]):
+        if part["index"] != position:
+            return f"part {position} has the index {part['index']}"
+        if part["first"] != first:
+            return (f"part {part['index']} starts at sample {part['first']:,}, but the parts "
+                    f"before it end at {first:,}")
+        first += part["count"]
+    if first != manifest["count"]:
+        return f"the parts hold {first:,} samples, but the count is {manifest['count']:,}"
+    names = [part["name"] for part in manifest["parts"] if "name" in part]
+    if len(set(names)) != len(names):
+        return "two parts have the same file name"
+    classes, counts = manifest.get("classes"), manifest.get("class_counts")
+    if len(classes or []) != len(counts or []):
+        return f"{len(classes or [])} class names but {len(counts or [])} class counts"
+    return None
+def _folder_manifest(dataset: Path) -> dict:
+    path = dataset / MANIFEST_NAME
+    if not path.is_file():
+        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
+                           "make one with `packer pack`")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
+
+
+def _file_manifest(dataset: Path) -> dict:
+    from packer.formats import manifest_of_file  # the formats, only for a one-file dataset
+
+    manifest = manifest_of_file(dataset)
+    if manifest is None:
+        raise DatasetError(f"{dataset}: a file, but not a packed dataset (no format "
+                           "finds its manifest in it); make one with `packer pack`")
+    return manifest
+
+
+def is_packed(path: Path) -> bool:
+    """Whether `path` is a packed dataset: a folder with a manifest, or one file with
+    its manifest inside."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / MANIFEST_NAME).is_file()
+    from packer.formats import manifest_of_file
+
+    try:
+        return path.is_file() and manifest_of_file(path) is not None
+    except DatasetError:
+        return False
 
 
 def class_counts(manifest: dict) -> dict[str, int]:

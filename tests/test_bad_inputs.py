@@ -1,13 +1,13 @@
 """Bad inputs are never dropped silently and never crash the run."""
 
-import json
 import os
 
 import pytest
 
+import packer
 from conftest import image_bytes, run
-from packer.dataset import iter_samples
-from packer.packing import PackOptions, pack
+from packer.packing.pipeline import PackOptions, pack
+from packer.read.dataset import iter_samples
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ EXPECTED = {
 def test_every_bad_input_is_listed_with_its_reason(messy_folder, tmp_path):
     out = tmp_path / "out"
     result = run("pack", messy_folder, "-o", out, "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     reasons = {e["path"]: e["reason"] for e in manifest["skipped"]}
     assert set(reasons) == set(EXPECTED)
     for path, words in EXPECTED.items():
@@ -90,7 +90,7 @@ def test_no_follow_symlinks_lists_them(messy_folder, tmp_path):
     out = tmp_path / "out"
     result = run("pack", messy_folder, "-o", out, "--no-follow-symlinks", "-q")
     assert "not followed (--no-follow-symlinks)" in result.output
-    reasons = {e["path"]: e["reason"] for e in json.loads((out / "manifest.json").read_text())
+    reasons = {e["path"]: e["reason"] for e in packer.load_manifest(out)
                ["skipped"]}
     assert "not followed" in reasons["good/alias.jpg"]
 
@@ -117,14 +117,14 @@ def test_read_error_is_skipped(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.jpg").write_bytes(image_bytes(1))
     (root / "b.jpg").write_bytes(image_bytes(2))
-    from packer.sources.files import read_file
+    from packer.sources.files.scan import read_file
 
     def failing_read(path):
         if path.endswith("b.jpg"):
             raise PermissionError(13, "Permission denied")
         return read_file(path)
 
-    monkeypatch.setattr("packer.sources.files.read_file", failing_read)
+    monkeypatch.setattr("packer.sources.files.scan.read_file", failing_read)
     manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
     assert manifest["skipped"] == [{"path": "b.jpg", "reason": "cannot read: Permission denied"}]
     assert manifest["count"] == 1
@@ -151,7 +151,7 @@ def test_a_folder_of_only_bad_inputs_is_an_error_that_says_why(tmp_path):
 
 
 def test_a_jpeg_cut_after_its_thumbnail_is_truncated():
-    from packer.checks import check_file
+    from packer.sources.files.checks import check_file
 
     image = image_bytes(3)
     thumbnail = image  # an embedded thumbnail ends with its own FF D9

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import packer
 from conftest import run
-from packer.dataset import iter_samples
-from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES
+from packer.read.dataset import iter_samples
+from packer.read.decode import Decoder
 
 IMU_RECORD = "Q3f3fH2x"  # u8 timestamp, f4 accel[3], f4 gyro[3], u2 status, 2 padding bytes
 
@@ -57,7 +58,7 @@ def test_imu_records_equal_struct_unpack(fmt, order, tmp_path):
         assert sample["accel.npy"].tolist() == list(row[1:4])
         assert sample["gyro.npy"].tolist() == list(row[4:7])
         assert sample["cls"] == row[7]
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert manifest["source"]["byte_order"] == order and manifest["classes"] == ["0", "1", "2"]
     assert manifest["fields"]["accel.npy"]["dtype"] == "float32"
     assert "OK" in run("verify", out, "-q").output
@@ -108,7 +109,7 @@ def test_wav_folder_with_classes_from_folders(tmp_path):
         values = next(v for k, v in sample.items() if k.endswith(".npy"))
         assert values.numpy().tolist() == expected[sample["__key__"]].tolist()
         assert sample["cls"] == (1 if sample["__key__"].startswith("yes") else 0)
-    source = json.loads((tmp_path / "w" / "manifest.json").read_text())["source"]
+    source = packer.load_manifest(tmp_path / "w")["source"]
     assert source["bytes"] == sum(p.stat().st_size for p in (tmp_path / "wavs").rglob("*.wav"))
 
 
@@ -122,7 +123,7 @@ def test_idx_images_with_an_idx_labels_file(tmp_path):
     run("pack", tmp_path / "images", "--spec", "mnist-idx", "--labels", tmp_path / "labels",
         "--label-spec", "mnist-idx-labels", "--to", "hdf5", "-o", out, "-q")
     samples = decoded(out)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert manifest["classes"] == ["1", "3", "4", "5"]
     assert [manifest["classes"][s["cls"]] for s in samples] == [str(v) for v in labels]
     assert samples[4]["image.npy"].numpy().tolist() == images[4].tolist()
@@ -149,7 +150,7 @@ def test_verify_finds_a_changed_value_in_hdf5_records(tmp_path):
     out = tmp_path / "h5"
     run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "-q")
     assert "OK" in run("verify", out, "-q").output
-    with h5py.File(out / "data.h5", "r+") as file:
+    with h5py.File(out, "r+") as file:
         record = file["records"][3]
         record["gyro"][1] += 1.0
         file["records"][3] = record
@@ -162,14 +163,14 @@ def test_hdf5_holds_the_records_readable_with_h5py_alone(tmp_path):
     expected = write_imu(tmp_path / "imu.bin", 12, "little")
     run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", tmp_path / "h",
         "--label-field", "status", "-q")
-    with h5py.File(tmp_path / "h" / "data.h5") as file:
+    with h5py.File(tmp_path / "h") as file:
         assert sorted(file) == ["cls", "records"]  # no key dataset: keys are the indexes
         records = file["records"]
         assert records.dtype.names == ("timestamp_ns", "accel", "gyro", "status")
         assert records.dtype.itemsize == 36 and records.chunks is None
         assert records["accel"][5].tolist() == list(expected[5][1:4])
         assert file["cls"][:].tolist() == [r[7] for r in expected]
-    manifest = json.loads((tmp_path / "h" / "manifest.json").read_text())
+    manifest = packer.load_manifest(tmp_path / "h")
     assert manifest["key_dataset"] is None and manifest["records"]["records"] == 12
     assert manifest["records"]["members"] == {"timestamp_ns.npy": "timestamp_ns",
                                               "accel.npy": "accel", "gyro.npy": "gyro"}
@@ -178,7 +179,7 @@ def test_hdf5_holds_the_records_readable_with_h5py_alone(tmp_path):
 
 
 def small_parts(monkeypatch, records: int) -> None:
-    from packer import packing
+    from packer.packing import pipeline as packing
 
     monkeypatch.setattr(packing, "RECORDS_PART_BYTES", records * 36)
 
@@ -192,9 +193,9 @@ def test_hdf5_records_written_in_parts_equal_struct_unpack(order, tmp_path, monk
     spec = "imu" if order == "little" else big_endian_spec(tmp_path)
     out = tmp_path / "h"
     run("pack", tmp_path / "imu.bin", "--spec", spec, "--to", "hdf5", "-o", out, "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert [p["count"] for p in manifest["parts"]] == [7] * 7 + [1]
-    with h5py.File(out / "data.h5") as file:
+    with h5py.File(out) as file:
         records = file["records"][:]
     assert records.dtype.isnative and records["status"].dtype.isnative
     assert records["timestamp_ns"].tolist() == [r[0] for r in expected]
@@ -211,9 +212,9 @@ def test_overlapping_windows_store_each_record_once(tmp_path, monkeypatch):
     out = tmp_path / "w"
     run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "--window",
         "8", "--stride", "4", "-q")
-    with h5py.File(out / "data.h5") as file:
+    with h5py.File(out) as file:
         assert len(file["records"]) == 42  # all of them, the 2 after the last window too
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert manifest["count"] == 9 and manifest["parts"][-1]["records"] == [32, 42]
     samples = decoded(out)
     assert samples[8]["accel.npy"].tolist() == [list(r[1:4]) for r in expected[32:40]]
@@ -270,7 +271,7 @@ def test_interrupted_records_pack_resumes_to_the_same_dataset(tmp_path, monkeypa
     monkeypatch.setattr(Hdf5Writer, "add_records", count_calls)
     run(*pack, "-o", tmp_path / "cut", "--resume")
     assert resumed_calls == [5, 5, 5, 3]  # 7 parts of 33 records, 3 kept from the first run
-    whole, resumed = (json.loads((tmp_path / name / "manifest.json").read_text())
+    whole, resumed = (packer.load_manifest(tmp_path / name)
                       for name in ("whole", "cut"))
     assert resumed["parts"] == whole["parts"] and resumed["class_counts"] == whole["class_counts"]
     assert resumed["fields"] == whole["fields"]
@@ -338,6 +339,9 @@ def test_a_manifest_of_a_newer_layout_is_refused(tmp_path):
     write_imu(tmp_path / "imu.bin", 3, "little")
     out = tmp_path / "h"
     run("pack", tmp_path / "imu.bin", "--spec", "imu", "--to", "hdf5", "-o", out, "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").write_text(json.dumps({**manifest, "layout_version": 99}))
+    manifest = packer.load_manifest(out)
+    import h5py
+
+    with h5py.File(out, "r+") as file:  # the manifest is in the file's attributes
+        file.attrs["packer_manifest"] = json.dumps({**manifest, "layout_version": 99})
     assert "cannot read; upgrade packer" in run("inspect", out, expect=1).output

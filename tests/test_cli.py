@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import packer
 from conftest import run
 from packer.cli import cli
-from packer.dataset import iter_samples
-from packer.formats import FORMAT_NAMES
+from packer.formats import FORMAT_NAMES, format_module
+from packer.read.dataset import iter_samples
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -55,13 +56,12 @@ def test_inspect_json_has_counts_classes_and_skipped(fmt, image_folder, tmp_path
 def test_verify_finds_a_changed_byte(fmt, image_folder, tmp_path):
     out = tmp_path / "p"
     run("pack", image_folder, "--to", fmt, "-o", out, "-q")
-    target = {"webdataset": "shard-000000.tar", "lmdb": "data.mdb", "hdf5": "data.h5",
-              "tfrecord": "part-000000.tfrecord"}[fmt]
+    target = format_module(fmt).data_files(out, packer.load_manifest(out))[0]
     first_jpeg = next(s["jpg"] for s in iter_samples(out) if "jpg" in s)
-    data = bytearray((out / target).read_bytes())
+    data = bytearray(target.read_bytes())
     at = data.find(first_jpeg) + 100
     data[at] ^= 0xFF
-    (out / target).write_bytes(bytes(data))
+    target.write_bytes(bytes(data))
     result = run("verify", out, "-q", expect=1)
     assert "FAILED" in result.output
     if fmt == "tfrecord":  # each record has a CRC: the damage is located without a source

@@ -8,10 +8,11 @@ import click
 import pandas as pd
 import pytest
 
+import packer
 from conftest import run
-from packer import packing
 from packer.cli import pack
-from packer.pack_options import EVERY_PACK, PACK_OPTIONS
+from packer.packing import pipeline as packing
+from packer.packing.options import EVERY_PACK, PACK_OPTIONS
 
 
 def refused(*args) -> str:
@@ -163,7 +164,7 @@ def interrupt(monkeypatch, *args) -> None:
 
 
 def test_resume_ignores_options_the_format_ignores(monkeypatch, image_folder, tmp_path):
-    monkeypatch.setattr(packing, "BLOCK_COUNT", 3)
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)
     args = (image_folder, "--to", "hdf5", "-o", tmp_path / "h", "-q")
     interrupt(monkeypatch, *args, "--max-count", "500")
     run("pack", *args, "--resume")  # --max-count left out: hdf5 never read it
@@ -182,7 +183,7 @@ def test_resume_names_the_changed_options(monkeypatch, image_folder, tmp_path):
                   expect=2).output
     assert "(--to was webdataset, now hdf5; --max-count was 3, now not given)" in message
     run("pack", image_folder, "-o", out, "--max-count", "3", "--resume", "-q")
-    assert json.loads((out / "manifest.json").read_text())["options"]["max_count"] == 3
+    assert packer.load_manifest(out)["options"]["max_count"] == 3
 
 
 def test_resume_says_the_input_changed_with_the_sample_counts(monkeypatch, image_folder,

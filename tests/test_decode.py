@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.decode import Decoder
+from packer.read.decode import Decoder
 
 
 def encoded(image: Image.Image, fmt: str, **options) -> bytes:

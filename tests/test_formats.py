@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from packer.decode import Decoder
 from packer.formats import FORMAT_NAMES, format_module
-from packer.formats.base import encode_chunk, field_bytes
+from packer.formats.base import encode_chunk
+from packer.read.decode import Decoder
+from packer.sample import field_bytes
 
 FIELDS = {"bin": {"dtype": "bytes"}, "cls": {"dtype": "int64"},
           "npy": {"dtype": "float32", "shape": [4, 3]}}
@@ -21,14 +22,14 @@ def samples(count):
 
 def write(fmt, folder, items):
     module = format_module(fmt)
-    plan = {"fields": FIELDS, "classes": ["a", "b", "c"], "input_bytes": 0}
-    writer = module.WRITER(folder, plan, 1 << 30, 50)
+    setup = {"fields": FIELDS, "classes": ["a", "b", "c"], "input_bytes": 0}
+    writer = module.WRITER(folder, setup, 1 << 30, 50)
     chunk, stored = encode_chunk([(s, []) for s in items], module), 0
     while (stored := writer.add_chunk(chunk, stored)) < len(items):
         pass
     writer.close_part()
     manifest = {"format": fmt, "count": writer.count, "parts": writer.parts,
-                "fields": FIELDS, "classes": plan["classes"]}
+                "fields": FIELDS, "classes": setup["classes"]}
     writer.finish(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return module, manifest

@@ -12,7 +12,7 @@ from packer.binary.inspect import render_report
 from packer.binary.overlay import overlay_report
 from packer.binary.spec import load_spec
 from packer.cli import cli
-from packer.cli_binary import inspect_binary
+from packer.cli.binary_commands import inspect_binary
 
 cli.add_command(inspect_binary)
 

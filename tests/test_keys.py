@@ -1,6 +1,6 @@
 import pytest
 
-from packer.keys import (
+from packer.sample import (
     decode_key,
     disambiguate,
     encode_key,

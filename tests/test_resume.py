@@ -1,27 +1,28 @@
 """Deterministic output, atomic runs, and resuming after a kill."""
 
-import json
 import signal
 import subprocess
 import sys
 
 import pytest
 
+import packer
 from conftest import run
-from packer.dataset import iter_samples
 from packer.formats import FORMAT_NAMES
+from packer.read.dataset import iter_samples
 
 KILL_AFTER_TWO_PARTS = """
 import os, signal, sys
-import packer.packing
-save, calls = packer.packing._save_progress, []
+import packer.formats.protocol
+import packer.packing.pipeline
+save, calls = packer.packing.pipeline._save_progress, []
 def save_then_die(*args):
     save(*args)
     calls.append(1)
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGKILL)
-packer.packing._save_progress = save_then_die
-packer.packing.BLOCK_COUNT = 3
+packer.packing.pipeline._save_progress = save_then_die
+packer.formats.protocol.BLOCK_COUNT = 3
 from packer.cli import cli
 cli(sys.argv[1:], prog_name="packer")
 """
@@ -50,7 +51,7 @@ def test_any_worker_count_gives_identical_content(fmt, image_folder, tmp_path):
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder, tmp_path,
                                                               monkeypatch):
-    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)  # as in the killed run
     out = tmp_path / "killed"
     args = ["pack", str(image_folder), "--to", fmt, "-o", str(out), "--max-count", "3", "-q"]
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
@@ -67,8 +68,8 @@ def test_killed_pack_leaves_no_output_and_resumes_identically(fmt, image_folder,
     ref_args = ["pack", image_folder, "--to", fmt, "-o", reference, "--max-count", "3", "-q"]
     run(*ref_args)
     assert list(iter_samples(out)) == list(iter_samples(reference))
-    resumed = json.loads((out / "manifest.json").read_text())
-    expected = json.loads((reference / "manifest.json").read_text())
+    resumed = packer.load_manifest(out)
+    expected = packer.load_manifest(reference)
     assert resumed["parts"] == expected["parts"] and resumed["count"] == expected["count"]
     assert shard_bytes(out) == shard_bytes(reference)
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output
@@ -89,13 +90,14 @@ def test_existing_output_needs_overwrite(image_folder, tmp_path):
     run("pack", image_folder, "-o", out, "-q")
     assert "--overwrite" in run("pack", image_folder, "-o", out, expect=2).output
     run("pack", image_folder, "-o", out, "--to", "lmdb", "--overwrite", "-q")
-    assert json.loads((out / "manifest.json").read_text())["format"] == "lmdb"
+    assert packer.load_manifest(out)["format"] == "lmdb"
     assert not list(out.glob("shard-*.tar"))
 
 
 KILL_WITH_ROWS_OF_AN_UNSEALED_PART = """
 import os, signal, sys
-import packer.packing
+import packer.formats.protocol
+import packer.packing.pipeline
 from packer.formats import hdf5
 seal, calls = hdf5.Hdf5Writer._seal_part, []
 def write_rows_then_die(self, part):
@@ -105,7 +107,7 @@ def write_rows_then_die(self, part):
         os.kill(os.getpid(), signal.SIGKILL)
     seal(self, part)
 hdf5.Hdf5Writer._seal_part = write_rows_then_die
-packer.packing.BLOCK_COUNT = 3
+packer.formats.protocol.BLOCK_COUNT = 3
 from packer.cli import cli
 cli(sys.argv[1:], prog_name="packer")
 """
@@ -113,7 +115,7 @@ cli(sys.argv[1:], prog_name="packer")
 
 def test_hdf5_resumes_after_a_kill_between_writing_rows_and_flushing(image_folder, tmp_path,
                                                                     monkeypatch):
-    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)  # as in the killed run
     out = tmp_path / "killed"
     args = ["pack", str(image_folder), "--to", "hdf5", "-o", str(out), "-q"]
     killed = subprocess.run([sys.executable, "-c", KILL_WITH_ROWS_OF_AN_UNSEALED_PART, *args])
@@ -126,7 +128,7 @@ def test_hdf5_resumes_after_a_kill_between_writing_rows_and_flushing(image_folde
 
 def test_hdf5_that_cannot_be_read_back_is_packed_again_from_the_start(image_folder, tmp_path,
                                                                       monkeypatch):
-    monkeypatch.setattr("packer.packing.BLOCK_COUNT", 3)  # as in the killed run
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)  # as in the killed run
     out = tmp_path / "killed"
     args = ["pack", str(image_folder), "--to", "hdf5", "-o", str(out), "-q"]
     subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])

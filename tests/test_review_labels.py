@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+import packer
 from conftest import image_bytes, run
-from packer.report import nothing_packed
+from packer.packing.tally import nothing_packed
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def test_a_labels_file_in_gbk_can_be_named_and_its_reading_is_shown(tmp_path):
                        .encode("gbk"))
     result = run("pack", folder, "--labels", labels, "--encoding", "gbk", "-o", tmp_path / "o")
     assert "its first row was taken as a header: 文件,类别; read as gbk" in result.output
-    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["classes"] == ["狗", "猫"]
+    assert packer.load_manifest(tmp_path / "o")["classes"] == ["狗", "猫"]
 
 
 def test_integer_labels_with_a_negative_one_are_ranked_numerically(flat, tmp_path):
@@ -121,8 +122,8 @@ def test_integer_labels_with_a_negative_one_are_ranked_numerically(flat, tmp_pat
     assert "class ids are the labels' ranks in numeric order (-1 is 0, 5 is 1, 10 is 2)" \
         in result.output
     assert classes_of(tmp_path / "o") == {"-1": 1, "5": 2, "10": 1}
-    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    manifest = packer.load_manifest(tmp_path / "o")
     assert manifest["classes"] == ["-1", "5", "10"]
     labels.write_text("img0.jpg,0\nimg1.jpg,5\nimg2.jpg,10\nimg3.jpg,5\n")  # kept as ids
     run("pack", flat, "--labels", labels, "-o", tmp_path / "p", "-q")
-    assert json.loads((tmp_path / "p" / "manifest.json").read_text())["classes"][10] == "10"
+    assert packer.load_manifest(tmp_path / "p")["classes"][10] == "10"

@@ -8,8 +8,8 @@ import pytest
 from test_binary_pack import write_imu
 
 from conftest import run
-from packer.formats.base import field_bytes
 from packer.formats.webdataset import read_shard
+from packer.sample import field_bytes
 
 
 def npy_files(folder) -> dict:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import webdataset
 
+import packer
 from conftest import run, source_files
-from packer.dataset import iter_samples
 from packer.formats import FORMAT_NAMES
-from packer.keys import restored_path
+from packer.read.dataset import iter_samples
+from packer.sample import restored_path
 
 
 def plain_read(fmt: str, out) -> list[dict]:
@@ -32,7 +33,7 @@ def plain_read(fmt: str, out) -> list[dict]:
             return [msgpack.unpackb(txn.get(b"%010d" % i)) for i in range(meta["count"])]
     if fmt == "tfrecord":
         return tfrecord_read(out)
-    with h5py.File(out / "data.h5", "r") as f:
+    with h5py.File(out, "r") as f:
         fields = [n for n in f if n not in ("__key__", "cls")]
         samples = []
         for i, key in enumerate(f["__key__"].asstr()[:]):
@@ -63,7 +64,7 @@ def test_round_trip_with_plain_libraries_and_unpack(fmt, image_folder, tmp_path)
     out = tmp_path / "packed"
     run("pack", image_folder, "--to", fmt, "-o", out, "-q")
     source = source_files(image_folder)
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     classes = manifest["classes"]
     assert classes == ["bird", "cat", "dog"]
 
@@ -90,7 +91,7 @@ def test_formats_read_back_identical(image_folder, tmp_path):
     for fmt in FORMAT_NAMES:
         run("pack", image_folder, "--to", fmt, "-o", tmp_path / fmt, "-q")
         packed[fmt] = list(iter_samples(tmp_path / fmt))
-        manifest = json.loads((tmp_path / fmt / "manifest.json").read_text())
+        manifest = packer.load_manifest(tmp_path / fmt)
         packed[fmt + " digests"] = [p.get("samples_sha256") for p in manifest["parts"]]
     assert packed["webdataset"] == packed["lmdb"] == packed["hdf5"] == packed["tfrecord"]
     assert packed["lmdb digests"] == packed["hdf5 digests"] != [None]
@@ -99,7 +100,7 @@ def test_formats_read_back_identical(image_folder, tmp_path):
 def test_tar_shards_list_with_tar_and_respect_the_limits(image_folder, tmp_path):
     out = tmp_path / "wds"
     run("pack", image_folder, "-o", out, "--max-count", "4", "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert len(manifest["parts"]) == -(-manifest["count"] // 4)
     for part in manifest["parts"]:
         with tarfile.open(out / part["name"]) as tar:
@@ -123,7 +124,7 @@ def test_labels_file_for_a_flat_folder(tmp_path):
     out = tmp_path / "flat.lmdb"
     result = run("pack", root, "--labels", root / "labels.csv", "--to", "lmdb", "-o", out, "-q")
     assert "1 rows of the labels file name no file: gone.png" in result.output
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert manifest["classes"] == ["cat", "dog"] and manifest["class_counts"] == [2, 3]
     assert manifest["skipped"] == [{"path": "img5.png", "reason": "no label in labels.csv"}]
     labels = {s["__key__"]: s["cls"] for s in iter_samples(out)}

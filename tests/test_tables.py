@@ -69,7 +69,7 @@ def test_round_trip_into_every_format(tmp_path, suffix):
     for fmt in FORMAT_NAMES:
         out = tmp_path / f"out-{fmt}"
         run("pack", source, "--to", fmt, "--label-column", "diagnosis", "-o", out, "-q")
-        manifest = json.loads((out / "manifest.json").read_text())
+        manifest = packer.load_manifest(out)
         assert manifest["classes"] == classes
         assert manifest["table"]["features"] == FEATURES  # unicode names kept exactly
         assert manifest["table"]["left_out"] == {"id": "text; pass --categorical to include it"}
@@ -83,7 +83,7 @@ def test_round_trip_into_every_format(tmp_path, suffix):
         assert stats["min"] == pytest.approx(values[:, 0].min())
         run("verify", out, "-q")
         seen[fmt] = samples
-    with h5py.File(tmp_path / "out-hdf5" / "data.h5") as f:
+    with h5py.File(tmp_path / "out-hdf5") as f:
         assert f["features"].shape == (len(df), 3) and f["features"].dtype == np.float32
         assert f["features"].chunks is not None
         np.testing.assert_array_equal(f["labels"][:], [classes.index(c)
@@ -114,7 +114,7 @@ def test_key_column_keys_are_stable_in_every_format(tmp_path):
             "-o", out, "-q")
         keys = [s["__key__"] for s in read_back(out)]
         assert keys == [i.replace(".", "%2E") for i in df["id"]]
-    with h5py.File(tmp_path / "k-hdf5" / "data.h5") as f:
+    with h5py.File(tmp_path / "k-hdf5") as f:
         assert f["keys"][0].decode() == "p000%2Ex"
 
 
@@ -126,7 +126,7 @@ def test_gbk_csv_with_chinese_names_and_labels(tmp_path):
     out = tmp_path / "gbk.lmdb"
     result = run("pack", source, "--to", "lmdb", "--label-column", "诊断", "-o", out)
     assert "features: 2 columns: 年龄, 血压" in result.output
-    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    manifest = packer.load_manifest(out)
     assert manifest["source"]["encoding"] == "gb18030"
     assert manifest["classes"] == ["正常", "高血压"]
     samples = read_back(out)
@@ -143,7 +143,7 @@ def test_utf8_bom_semicolons_and_globs(tmp_path):
     out = tmp_path / "bom-wds"
     run("pack", source, "--to", "webdataset", "--label-column", "y", "--feature-columns",
         "f_*", "-o", out, "-q")
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = packer.load_manifest(out)
     assert manifest["source"]["delimiter"] == ";" and manifest["source"]["encoding"] == "utf-8-sig"
     assert manifest["table"]["features"] == ["f_a", "f_b"]
     assert [s["npy"].tolist() for s in read_back(out)] == [[1, 2], [4, 5]]
@@ -157,7 +157,7 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
     common = ["--label-column", "price", "--task", "regress", "--categorical", "colour",
               "--date-columns", "day", "--to", "hdf5", "-q"]
     run("pack", source, *common, "--na", "drop", "-o", tmp_path / "drop.h5")
-    drop = json.loads((tmp_path / "drop.h5" / "manifest.json").read_text())
+    drop = packer.load_manifest(tmp_path / "drop.h5")
     assert drop["count"] == 2 and drop["table"]["na"] == {"policy": "drop", "rows": 2,
                                                            "unlabelled_rows": 0,
                                                            "cells": {"size": 2}}
@@ -170,7 +170,7 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
     run("pack", source, *common, "--na", "mean", "-o", tmp_path / "mean.h5")
     mean = read_back(tmp_path / "mean.h5")
     assert [s["npy"][0] for s in mean] == [1, 2.5, 2.5, 4]
-    stats = json.loads((tmp_path / "mean.h5" / "manifest.json").read_text())["table"]["stats"]
+    stats = packer.load_manifest(tmp_path / "mean.h5")["table"]["stats"]
     assert stats["size"]["mean"] == pytest.approx(2.5)
     assert stats["size"]["std"] == pytest.approx(np.std([1, 2.5, 2.5, 4]))
     assert stats["colour"]["mean"] == pytest.approx(np.mean([2, 0, 2, 1]))
@@ -179,7 +179,7 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
 
 
 def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
-    import packer.sources.tables as tables
+    import packer.sources.tables.source as tables
 
     monkeypatch.setattr(tables, "CHUNK_CELLS", 64)  # many chunks and many HDF5 blocks
     monkeypatch.setattr(tables, "BLOCK_BYTES", 200)
@@ -189,7 +189,7 @@ def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
     source = write(df, tmp_path / "multi.csv")
     run("pack", source, "--label-column", "a,b", "--categorical", "cat", "--to", "hdf5",
         "-o", tmp_path / "m.h5", "-q")
-    manifest = json.loads((tmp_path / "m.h5" / "manifest.json").read_text())
+    manifest = packer.load_manifest(tmp_path / "m.h5")
     assert len(manifest["parts"]) > 10 and manifest["classes"] is None
     samples = read_back(tmp_path / "m.h5")
     np.testing.assert_array_equal(np.stack([s["target.npy"] for s in samples]),
@@ -203,7 +203,7 @@ def test_hdf5_table_is_columnar_with_keys_and_feature_names(tmp_path):
     (tmp_path / "t.csv").write_text("a,b,y\n1,2,x\n3,4,z\n5,6,x\n")
     run("pack", tmp_path / "t.csv", "--to", "hdf5", "--label-column", "y", "-o",
         tmp_path / "t.h5", "-q")
-    with h5py.File(tmp_path / "t.h5" / "data.h5") as file:
+    with h5py.File(tmp_path / "t.h5") as file:
         assert file["features"][:].tolist() == [[1, 2], [3, 4], [5, 6]]
         assert file["labels"][:].tolist() == [0, 1, 0] and "keys" not in file  # row numbers
         assert list(file.attrs["feature_names"]) == ["a", "b"]
@@ -213,7 +213,7 @@ def test_whole_numbers_float32_cannot_hold_are_reported(tmp_path):
     source = tmp_path / "ids.csv"
     source.write_text("id,size,y\n16777217,1,a\n123456789,2,b\n5,3,a\n")
     result = run("pack", source, "--label-column", "y", "--to", "hdf5", "-o", tmp_path / "o")
-    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    manifest = packer.load_manifest(tmp_path / "o")
     assert manifest["table"]["float32_inexact"] == {"id": {"values": 2, "largest_change": 3.0}}
     assert "column 'id': 2 whole numbers are not exact in float32" in result.output
 
@@ -223,7 +223,7 @@ def test_rows_dropped_for_an_empty_label_are_counted(tmp_path):
     source.write_text("a,b,y\n1,2,x\nn/a,3,y\n4,5,\n6,7,x\n")
     result = run("pack", source, "--label-column", "y", "--na", "drop", "--to", "hdf5",
                  "-o", tmp_path / "o")
-    na = json.loads((tmp_path / "o" / "manifest.json").read_text())["table"]["na"]
+    na = packer.load_manifest(tmp_path / "o")["table"]["na"]
     assert (na["rows"], na["unlabelled_rows"]) == (1, 1)
     assert "another 1 row had no usable label" in result.output
 

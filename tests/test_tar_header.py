@@ -23,7 +23,7 @@ def test_long_and_unicode_names_get_pax_headers(name):
 
 def test_every_flipped_header_bit_is_caught_by_the_index(tmp_path):
     from packer.errors import DatasetError
-    from packer.formats.tarindex import index_shard
+    from packer.formats.webdataset.tarindex import index_shard
 
     member = _header("k.bin", 3) + b"abc" + bytes(509)
     shard = tmp_path / "s.tar"
@@ -41,7 +41,7 @@ def test_every_flipped_header_bit_is_caught_by_the_index(tmp_path):
 
 def test_a_truncated_shard_is_an_error_not_a_short_sample(tmp_path):
     from packer.errors import DatasetError
-    from packer.formats.tarindex import index_shard
+    from packer.formats.webdataset.tarindex import index_shard
 
     member = _header("k.bin", 600) + bytes(600) + bytes(424)
     shard = tmp_path / "s.tar"

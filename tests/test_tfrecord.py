@@ -14,9 +14,10 @@ from tfrecord.writer import TFRecordWriter
 
 import packer
 from conftest import run, source_files
-from packer.dataset import iter_samples
 from packer.errors import DatasetError
 from packer.formats.tfrecord import TFRecordError, codec
+from packer.read.dataset import iter_samples
+from packer.sample import restored_path
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_images_round_trip_in_size_bounded_parts(image_folder, packed, tmp_path)
     for sample in iter_samples(packed):
         files = {k: v for k, v in sample.items() if k not in ("__key__", "cls")}
         for field, data in files.items():
-            path = packer.keys.restored_path(sample["__key__"], field)
+            path = restored_path(sample["__key__"], field)
             assert source.pop(path) == data
             assert manifest["classes"][sample["cls"]] == path.split("/")[0]
     assert source == {}  # every file, bit for bit
@@ -235,3 +236,4 @@ def test_the_loader_reads_every_sample_once_per_epoch_with_workers(packed):
         orders.append([s["__key__"] for batch in loader for s in batch])
         assert Counter(orders[-1]) == Counter(keys) and len(orders[-1]) == len(dataset)
     assert orders[0] != orders[1] != keys  # shuffled, anew each epoch
+

@@ -59,7 +59,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 import packer
-from packer.bench import drop_cache, loose_images
+from packer.bench import drop_cache
+from packer.formats import format_module
+from packer.manifest import is_packed
+from packer.read.loose import loose_images
 
 FORMATS = {"wds": "webdataset", "lmdb": "lmdb", "hdf5": "hdf5"}
 _BLOBS: list[bytes] = []  # the images in memory, for the decode limit (inherited by fork)
@@ -70,15 +73,16 @@ def pack(data: Path, out: Path, to: str, shard_size: str) -> None:
     shards = ["--shard-size", shard_size] if to == "webdataset" else []
     command = [str(Path(sys.executable).parent / "packer"), "pack", str(data), "--to", to,
                "-o", str(out), *shards, "-q", "--overwrite"]
-    done = (out / "manifest.json").is_file()
+    done = is_packed(out)
     print(f"  $ {' '.join(command)}{'   (done before)' if done else ''}", flush=True)
     if not done:
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
-def packed_files(folder: Path) -> list[str]:
-    return sorted(str(p) for p in folder.iterdir() if p.name != "manifest.json"
-                  and p.suffix in (".tar", ".mdb", ".h5") and p.name != "lock.mdb")
+def packed_files(dataset: Path) -> list[str]:
+    """The files holding the samples, as the dataset's format names them."""
+    manifest = packer.load_manifest(dataset)
+    return [str(p) for p in format_module(manifest["format"]).data_files(dataset, manifest)]
 
 
 def to_tensor(image: Image.Image, size: int) -> torch.Tensor:

@@ -76,7 +76,7 @@ with open(sys.argv[2], "wb") as out:
 
 
 def _decode_run(datas: list[bytes]) -> int:
-    from packer.checks import check_file
+    from packer.sources.files.checks import check_file
 
     return sum(check_file("jpg", data, "decode") is None for data in datas)
 

@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import click
 
-from packer.cli import PackerGroup
+from packer import PackerGroup
 from packer.errors import PackerError
 from train.config import AMP_MODES, DEVICES, OPTIMIZERS, SCHEDULES, TASKS, TrainConfig
 

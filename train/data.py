@@ -7,11 +7,8 @@ from pathlib import Path
 import torch
 
 import packer
-from packer.bench import LooseImages, loose_images
-from packer.decode import IMAGE_FIELDS
+from packer import IMAGE_FIELDS, MANIFEST_NAME, LooseImages, loose_images, scan_folder
 from packer.errors import PackerError
-from packer.manifest import MANIFEST_NAME
-from packer.sources.files import scan_folder
 from train.config import TrainConfig
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]

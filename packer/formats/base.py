@@ -12,7 +12,6 @@ file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
 """
 
 import hashlib
-import io
 import os
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -20,8 +19,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import NamedTuple
 
-KEY = "__key__"
-LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
+from packer.sample import KEY, sample_digest, value_size
 
 
 class CannotResume(Exception):
@@ -49,47 +47,6 @@ class Chunk(NamedTuple):
         if not self.skipped:
             return list(range(self.count))
         return [p for p in range(self.count) if p not in self.skipped]
-
-
-def field_bytes(value) -> bytes:
-    """The canonical bytes of a field value: an int as its decimal text (a class id),
-    an array as a .npy file."""
-    if isinstance(value, int):
-        return str(value).encode()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    return _npy_bytes(value)
-
-
-def _npy_bytes(array) -> bytes:
-    import numpy as np  # here, so that packing plain files never loads numpy
-
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"cannot store a {type(array).__name__} as a field")
-    out = io.BytesIO()
-    np.save(out, array, allow_pickle=False)
-    return out.getvalue()
-
-
-def value_size(value) -> int:
-    """Bytes of data a field value holds (0 for a class id)."""
-    if isinstance(value, int):
-        return 0
-    return value.nbytes if hasattr(value, "nbytes") else len(value)
-
-
-def msgpack_default(value):
-    """Lets msgpack carry arrays, as .npy bytes."""
-    return _npy_bytes(value)
-
-
-def sample_digest(sample: dict) -> bytes:
-    """sha256 of the key, then each field's name, length and bytes in name order."""
-    parts = [sample[KEY].encode(), b"\0"]
-    for name in sorted(k for k in sample if k != KEY):
-        data = field_bytes(sample[name])
-        parts += (name.encode(), b"\0", len(data).to_bytes(8, "little"), data)
-    return hashlib.sha256(b"".join(parts)).digest()
 
 
 def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
@@ -123,9 +80,9 @@ class Writer:
     `finish(manifest)`.
     """
 
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
         self.folder = folder
-        self.plan = plan  # fields (name -> dtype), classes, input_bytes
+        self.setup = setup  # fields (name -> dtype), classes, input_bytes
         self.max_part_bytes = max_part_bytes
         self.max_part_count = max_part_count
         self.parts: list[dict] = []

@@ -4,7 +4,7 @@
       manifest.json
       data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
 
-    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded)
+    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY)
     value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}
     key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
 
@@ -14,6 +14,7 @@ fails on a fixed map size.
 """
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,29 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats.base import ProcessReader, Writer, msgpack_default
+from packer.formats import protocol
+from packer.formats.base import ProcessReader, Writer
+from packer.formats.protocol import (
+    block_limits,
+    no_file_manifest,
+    no_layout_text,
+    publish_folder,
+    sample_problems,
+)
+from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
+NAME = "lmdb"
+PART = "part"  # samples committed in one write transaction
+SHAPES = (SAMPLES,)
+PACK_OPTIONS = frozenset()
+SAMPLE_DIGESTS = True
+READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
+DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"
-KEY_FORMAT = "%010d"
+part_limits = block_limits
+publish = publish_folder
+layout_text = no_layout_text
+manifest_in_file = no_file_manifest
 
 
 def initial_map_size(input_bytes: int) -> int:
@@ -33,14 +53,11 @@ def initial_map_size(input_bytes: int) -> int:
 
 
 def sample_key(index: int) -> bytes:
-    return b"%010d" % index
+    return INDEX_KEY_BYTES % index
 
 
 def decode_value(value: bytes) -> dict:
     return msgpack.unpackb(value, raw=False)
-
-
-SAMPLE_DIGESTS = True
 
 
 def encode(sample: dict) -> list[bytes]:
@@ -48,9 +65,9 @@ def encode(sample: dict) -> list[bytes]:
 
 
 class LmdbWriter(Writer):
-    def __init__(self, folder: Path, plan: dict, max_part_bytes: int, max_part_count: int):
-        super().__init__(folder, plan, max_part_bytes, max_part_count)
-        self.env = lmdb.open(str(folder), map_size=initial_map_size(plan["input_bytes"]),
+    def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
+        super().__init__(folder, setup, max_part_bytes, max_part_count)
+        self.env = lmdb.open(str(folder), map_size=initial_map_size(setup["input_bytes"]),
                              subdir=True, meminit=False)
         self._pending: list[tuple[bytes, bytes]] = []
 
@@ -82,7 +99,7 @@ class LmdbWriter(Writer):
 
     def finish(self, manifest: dict) -> None:
         meta = {"count": manifest["count"], "classes": manifest["classes"],
-                "fields": manifest["fields"], "key_format": KEY_FORMAT,
+                "fields": manifest["fields"], "key_format": INDEX_KEY,
                 "value_encoding": "msgpack"}
         self._commit([(META_KEY, json.dumps(meta).encode())])
         self.env.sync(True)
@@ -95,21 +112,12 @@ class Reader(ProcessReader):
 
     def __init__(self, folder: Path, manifest: dict):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
+        check_environment(folder, manifest["count"])
 
     def _open_handle(self, inherited):
         if inherited is not None:  # an LMDB handle must not be used in a forked child
             inherited.close()  # (readonly, lock-free: closing it is safe)
-        try:
-            return lmdb.open(str(self.folder), readonly=True, lock=False, subdir=True,
-                             readahead=True, max_readers=1)
-        except lmdb.Error as err:
-            if "already open" not in str(err):
-                raise
-            raise DatasetError(
-                f"{self.folder}: this LMDB is already open in this process (python-lmdb "
-                "allows one environment per path and process, and forked workers inherit "
-                "it): close your own lmdb.open() of it with env.close() before reading it "
-                "through packer") from None
+        return _open_readonly(self.folder)
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
@@ -125,12 +133,61 @@ class Reader(ProcessReader):
         return [decode_value(v) for v in values]
 
 
-def reader(folder: Path, manifest: dict) -> Reader:
-    return Reader(folder, manifest)
+def _open_readonly(folder: Path):
+    try:
+        return lmdb.open(str(folder), readonly=True, lock=False, subdir=True, readahead=True,
+                         max_readers=1)
+    except lmdb.Error as err:
+        if "already open" in str(err):
+            raise DatasetError(
+                f"{folder}: this LMDB is already open in this process (python-lmdb allows "
+                "one environment per path and process, and forked workers inherit it): "
+                "close your own lmdb.open() of it with env.close() before reading it "
+                "through packer") from None
+        raise DatasetError(f"{Path(folder) / 'data.mdb'}: not a readable LMDB environment "
+                           f"({err}); restore it, or pack the source again") from None
 
 
-def read_part(folder: Path, manifest: dict, part: dict) -> Iterator[dict]:
-    return Reader(folder, manifest).read_part(part)
+def check_environment(folder: Path, count: int) -> None:
+    """A DatasetError unless `folder/data.mdb` is as long as LMDB's own meta pages say
+    (a shorter file would kill the reader with SIGBUS when a page past its end is
+    touched) and holds `count` samples besides the meta record."""
+    data = Path(folder) / "data.mdb"
+    if not data.is_file():
+        raise DatasetError(f"{data}: missing; the LMDB dataset {folder} has no data file "
+                           "(restore it, or pack the source again)")
+    env = _open_readonly(folder)
+    try:
+        pages_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        entries = env.stat()["entries"]
+    finally:
+        env.close()
+    size = os.path.getsize(data)
+    if size < pages_end:
+        raise DatasetError(f"{data}: {size:,} bytes, but LMDB's meta page says its pages end "
+                           f"at byte {pages_end:,}: the file is truncated (a copy cut short "
+                           "or a full disk); restore it, or pack the source again")
+    if entries - 1 != count:
+        raise DatasetError(f"{data}: holds {entries - 1:,} samples, but the manifest says "
+                           f"{count:,}; the manifest does not belong to this data (restore "
+                           "it, or pack the source again)")
+
+
+def reader(path: Path, manifest: dict) -> Reader:
+    return Reader(path, manifest)
+
+
+def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    return Reader(path, manifest).read_part(part)
+
+
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    return [Path(path) / name for name in DATA_FILES]
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    return sample_problems(read_part(path, manifest, part), part, name, compare, READ_ERRORS)
 
 
 WRITER = LmdbWriter

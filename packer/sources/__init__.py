@@ -1,40 +1,81 @@
-"""Sources: what can be packed. Each source module gives an object with
+"""The source registry: which source kind a path is, its options, its scan.
 
-    kind, count, input_bytes, classes, label_source, fingerprint
-    field_specs    {field: {"dtype": "bytes" | "int64" | "float32" ..., "shape": [...]}}
-    scan_skipped   inputs found bad before reading, [{"path", "reason"}]
-    jobs(start, size, check)   picklable units of work covering samples start..count
-    describe(options)          the manifest's "source" entry and source-specific extras
-
-and a module-level `read_job(job) -> [(sample or None, skip entries), ...]` that a
-packing worker runs. A source may also offer `blocks(start)`: its samples as
-column arrays, which HDF5 stores without a per-sample step. A sample is a dict
-`{"__key__": str, FIELD: value}` whose values are bytes, ints or numpy arrays.
+Each kind is a package named here (its protocol: packer/sources/base.py); they are
+asked in this order, and each package's `__init__` is light, so that asking never
+imports numpy or pandas. A new kind is one package and one line below.
 """
 
+import importlib
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
-from packer.sources import files
-from packer.tables import TABLE_SUFFIXES
+from packer.errors import UsageProblem
+from packer.sources.base import Applies, Kind
+
+_KINDS = {
+    "files": "packer.sources.files",
+    "tables": "packer.sources.tables",
+    "binary": "packer.sources.binary",
+}
 
 
-def is_table(path: Path) -> bool:
-    """A file that the tables source reads: CSV, TSV, .txt, Excel or Parquet, by suffix."""
-    return Path(path).is_file() and Path(path).suffix.lower() in TABLE_SUFFIXES
+def source_kinds() -> list[ModuleType]:
+    return [importlib.import_module(name) for name in _KINDS.values()]
+
+
+def claim(path: Path, spec: str | None) -> tuple[ModuleType, str] | None:
+    """The source kind that takes `path` (with `--spec spec`), and which of its kinds
+    the path is; None when the path is missing or no kind takes it."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    for module in source_kinds():
+        kind = module.claims(path, spec)
+        if kind is not None:
+            return module, kind
+    return None
+
+
+def claimed(path: Path, spec: str | None) -> tuple[ModuleType, str]:
+    """As `claim`, or the UsageProblem that says what the path would have to be."""
+    found = claim(path, spec)
+    if found is not None:
+        return found
+    if not Path(path).exists():
+        raise UsageProblem(f"{path}: no such file or folder")
+    hints = [module.UNCLAIMED for module in source_kinds()]
+    raise UsageProblem(f"{path}: {hints[0]}; " + ", ".join(hints[1:-1])
+                       + (", and " if len(hints) > 2 else "") + hints[-1])
 
 
 def open_source(path: Path, options):
-    """The source for `path`, and the function its jobs are read with in the workers."""
-    if options.spec:
-        from packer.sources.binary import open_binary
+    """The scanned source for `path`, and the function its jobs are read with."""
+    module, _ = claimed(path, options.spec)
+    return module.scan_input(Path(path), options)
 
-        return open_binary(path, options)
-    if is_table(path):
-        from packer.sources.tables import open_table_source
 
-        return open_table_source(path, options)
-    scan = files.scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
-                             group_by_stem=options.group_by_stem,
-                             follow_symlinks=options.follow_symlinks,
-                             labels_encoding=options.encoding)
-    return scan, files.read_job
+def kind_info(kind: str) -> Kind:
+    return all_kinds()[kind]
+
+
+@cache
+def all_kinds() -> dict[str, Kind]:
+    return {kind: info for module in source_kinds() for kind, info in module.KINDS.items()}
+
+
+@cache
+def source_options() -> dict[str, Applies]:
+    """Every source option with all the kinds that read it (and what each needs)."""
+    merged: dict[str, Applies] = {}
+    for module in source_kinds():
+        for name, applies in module.OPTIONS.items():
+            old = merged.get(name, Applies(frozenset()))
+            merged[name] = Applies(old.kinds | applies.kinds, {**old.needs, **applies.needs})
+    return merged
+
+
+def recorded_kind(manifest: dict) -> ModuleType | None:
+    """The source kind that packed a dataset, from its manifest."""
+    recorded = manifest["source"].get("kind")
+    return next((m for m in source_kinds() if recorded in m.RECORDED_AS), None)

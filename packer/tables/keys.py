@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from packer.errors import PackerError
-from packer.keys import encode_key
+from packer.sample import encode_key
 from packer.tables.convert import first_problems
 
 # An empty, `.` or `..` part: such keys could name the same file as another when unpacked.

@@ -38,7 +38,15 @@ from typing import NoReturn
 import numpy as np
 
 from packer.errors import DatasetError
-from packer.formats.base import KEY, Writer
+from packer.formats import protocol
+from packer.formats.base import Writer
+from packer.formats.protocol import (
+    no_file_manifest,
+    no_layout_text,
+    part_file_problems,
+    publish_folder,
+    sample_problems,
+)
 from packer.formats.tfrecord.codec import (
     BYTES_LIST,
     FLOAT_LIST,
@@ -49,7 +57,13 @@ from packer.formats.tfrecord.codec import (
     encode_record,
     masked_crc,
 )
+from packer.sample import KEY, SAMPLES
 
+NAME = "tfrecord"
+PART = "part"  # a .tfrecord file and its index
+SHAPES = (SAMPLES,)
+PACK_OPTIONS = frozenset({"shard_size", "max_count"})
+READ_ERRORS = protocol.READ_ERRORS  # TFRecordError is a DatasetError
 PART_NAME = "part-{:06d}.tfrecord"
 _HEAD, _CRC = struct.Struct("<QI"), struct.Struct("<I")
 INDEX_SUFFIX = ".tfindex"
@@ -57,6 +71,14 @@ _REBUILD = ("pack again, or rebuild the index from the part with the tfrecord pa
             "`tfrecord2idx PART INDEX`")
 SAMPLE_DIGESTS = False  # each part's sha256 covers its samples, each record has its CRCs
 encode = encode_record
+publish = publish_folder
+layout_text = no_layout_text
+manifest_in_file = no_file_manifest
+
+
+def part_limits(options) -> tuple[int, int]:
+    """`--shard-size` and `--max-count` bound a part."""
+    return options.shard_size, options.max_count or 1 << 62
 
 
 class TFRecordError(DatasetError, ValueError):
@@ -250,6 +272,20 @@ def read_part(folder: Path, manifest: dict, part: dict, run: int = 1024) -> Iter
             yield from part_reader.records(part["index"], start, min(run, part["count"] - start))
     finally:
         part_reader.close()
+
+
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    return [Path(path) / part["name"] for part in manifest["parts"]]
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    """The part's size and sha256, and every record read through its index (each
+    record's CRCs say where a change is, without the source)."""
+    file_problems = part_file_problems(Path(path), part)
+    problems, seen = sample_problems(read_part(path, manifest, part), part, name, compare,
+                                     READ_ERRORS)
+    return file_problems + problems, seen
 
 
 WRITER = TFRecordWriter

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from crc32c import crc32c
 
-from packer.formats.base import KEY, field_bytes
+from packer.sample import KEY, field_bytes
 
 HEADER = 12  # length and its CRC
 FOOTER = 4  # the data's CRC

@@ -1,0 +1,90 @@
+"""`packer inspect`, `packer verify`, `packer unpack`: a packed dataset in, text or
+JSON out."""
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from packer.cli.options import emit_json, json_option, quiet_option, show_progress
+from packer.cli.report import empty_classes, inspect_text, labels_text, verify_text
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@json_option
+def inspect(dataset, as_json):
+    """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
+
+    \b
+    Example:
+      packer inspect ./images-wds
+      packer inspect ./images-wds --json | jq .classes
+    """
+    from packer.manifest import class_counts, load_manifest
+
+    manifest = load_manifest(dataset)
+    if as_json:
+        emit_json({"path": str(dataset), "format": manifest["format"],
+                    "count": manifest["count"], "fields": manifest["fields"],
+                    "classes": class_counts(manifest), "labels": labels_text(manifest),
+                    "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
+                    "source": manifest["source"], "skipped": manifest["skipped"],
+                    "ignored": manifest["ignored"], "records": manifest.get("records")})
+    else:
+        click.echo(inspect_text(manifest, dataset))
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--against", type=click.Path(path_type=Path),
+              help="The source folder: also check that every packed file is bit-identical "
+                   "to it and that every source file is packed or listed as skipped.")
+@json_option
+@quiet_option
+def verify(dataset, against, as_json, quiet):
+    """Check that every sample reads back and matches the manifest's checksums.
+
+    Exits 1 when anything differs.
+
+    \b
+    Example:
+      packer verify ./images-wds
+      packer verify ./images.lmdb --against ./images --json
+    """
+    from packer.read.verify import verify as run_verify
+
+    report = run_verify(dataset, against, progress=show_progress(quiet))
+    click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
+               else verify_text(report))
+    sys.exit(0 if report["ok"] else 1)
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+              help="Folder to write the files to.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a non-empty output folder written by an earlier `packer unpack`.")
+@json_option
+@quiet_option
+def unpack(dataset, out, overwrite, as_json, quiet):
+    """Write a packed dataset back to a folder with the original relative paths.
+
+    Labels that no path carries (from --labels, a table's label column or a record
+    field) go to a labels CSV of filename,label rows. The folder gets a
+    .packer-unpack.json marker, so that --overwrite replaces only earlier unpacks.
+
+    \b
+    Example:
+      packer unpack ./images-wds -o ./restored
+    """
+    from packer.read.unpack import unpack as run_unpack
+
+    result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet))
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(f"unpacked {result['samples']:,} samples: {result['files']:,} files, "
+                   f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")

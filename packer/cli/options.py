@@ -1,0 +1,83 @@
+"""Options and parameter types shared by the commands, and how they print."""
+
+import json
+import re
+import sys
+
+import click
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """`256MB` -> 256000000, `1GiB` -> 1073741824, `5e8` -> 500000000."""
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = match and match.group(2).upper()
+    if not match or unit not in _UNITS:
+        raise click.BadParameter(f"{text!r} is not a size; use e.g. 256MB, 1GB, 512MiB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+MIN_SHARD_SIZE = 10 << 10
+
+
+class Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, int) else parse_size(value)
+
+
+def shard_size(ctx, param, value: int) -> int:
+    if value < MIN_SHARD_SIZE:
+        raise click.BadParameter(f"{value:,} bytes is too small; give at least 10KiB")
+    return value
+
+
+def show_progress(quiet: bool) -> bool:
+    """Progress bars only for a person watching a terminal."""
+    return not quiet and sys.stderr.isatty()
+
+
+def emit_json(data: dict) -> None:
+    click.echo(json.dumps(data, indent=1, ensure_ascii=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print machine-readable JSON instead of text.")
+quiet_option = click.option("--quiet", "-q", is_flag=True,
+                            help="No progress bar (none is drawn when stderr is not a terminal).")
+
+
+# Options of reading a table, shared by `pack` and `inspect-table`.
+sheet_option = click.option("--sheet", metavar="NAME",
+                            help="Excel: the sheet to read (default: the first).")
+header_row_option = click.option(
+    "--header-row", type=click.IntRange(min=1), metavar="N",
+    help="Table: the row (1-based, as a spreadsheet shows it) holding the column names "
+         "(default: guessed; title lines above it are skipped).")
+skip_rows_option = click.option("--skip-rows", type=click.IntRange(min=0), default=0,
+                                show_default=True,
+                                help="Table: rows to skip after the header (a units line, "
+                                     "say).")
+delimiter_option = click.option("--delimiter", metavar="CHAR",
+                                help="CSV: the field delimiter (default: detected among , "
+                                     "tab ; |).")
+decimal_option = click.option(
+    "--decimal", type=click.Choice([".", ","]),
+    help="CSV: the decimal mark (default: detected: a comma when numbers such as 1,5 appear "
+         "and none such as 1.5), e.g. --decimal , which also reads dots as thousands "
+         "separators (1.234,5); --decimal . reads 1,234 as 1234.")
+encoding_option = click.option(
+    "--encoding", metavar="NAME",
+    help="CSV (and for pack, --labels files): the text encoding (default: detected; utf-8, "
+         "utf-8 with BOM, GBK ...), e.g. --encoding gbk.")
+
+
+def table_reading_options(command):
+    """--sheet, --header-row, --skip-rows, --delimiter, --decimal, --encoding."""
+    for option in reversed((sheet_option, header_row_option, skip_rows_option,
+                            delimiter_option, decimal_option, encoding_option)):
+        command = option(command)
+    return command

@@ -1,0 +1,151 @@
+"""`packer pack`: the options of a pack in, the library's pack, its summary out."""
+
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from packer.cli.options import (
+    Size,
+    emit_json,
+    json_option,
+    quiet_option,
+    shard_size,
+    show_progress,
+    table_reading_options,
+)
+from packer.cli.report import pack_summary, pack_text
+from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES
+from packer.packing.options import PackOptions, check_pack_options
+from packer.packing.parallel import tune_for_packing
+from packer.sources import recorded_kind
+from packer.sources.files.checks import CHECK_MODES
+
+
+@click.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
+              show_default=True, help="Output format.")
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+              help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
+                   "renamed when complete), e.g. -o images.h5.")
+@click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
+                   "string labels become ids. The first row is a header when its first cell "
+                   "is filename, file, path, name or image, or when it names no file while a "
+                   "later row does (and its label is no other row's). The encoding and the "
+                   "delimiter (, ; tab |) are detected. For a binary dump: one label per "
+                   "record.")
+@click.option("--unlabelled", is_flag=True,
+              help="Do not take classes from sub-folder names; keys keep the paths.")
+@click.option("--group-by-stem", is_flag=True,
+              help="Make every set of files sharing a stem one sample (image + mask pairs).")
+@click.option("--follow-symlinks/--no-follow-symlinks", default=True, show_default=True,
+              help="Follow symlinked files and folders (loops are detected and skipped).")
+@click.option("--check", type=click.Choice(CHECK_MODES), default="header", show_default=True,
+              help="header: signatures and end markers (cheap); decode: decode every "
+                   "image; none: only empty files are skipped.")
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip",
+              show_default=True,
+              help="skip: list bad inputs in the manifest and go on; fail: stop at the first.")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that read and check files; the output is the same for any N. "
+                   "They pay off with --check decode (about 1.6-1.7x for 2 on 2 cores); with "
+                   "the cheap default check reading files is the work, and on a small "
+                   "machine one process is as fast.")
+@click.option("--shard-size", type=Size(), default="256MB", show_default=True,
+              callback=shard_size,
+              help="webdataset: most bytes per shard, headers and the tar end included "
+                   "(e.g. 64MB, 1GiB; at least 10KiB). Only a shard holding one sample "
+                   "larger than this is bigger.")
+@click.option("--max-count", type=click.IntRange(min=1),
+              help="webdataset: most samples per shard.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted pack after its last complete shard.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--spec", metavar="SPEC",
+              help="Binary input: a spec file (.toml) or a shipped spec (imu, pcm16, mnist-idx); "
+                   "SOURCE is then a dump, or a folder of small binary files.")
+@click.option("--window", type=click.IntRange(min=1),
+              help="Binary dump: one sample per window of this many records (default: one "
+                   "sample per record).")
+@click.option("--stride", type=click.IntRange(min=1),
+              help="Binary dump: records between window starts (default: the window).")
+@click.option("--tail", type=click.Choice(["error", "drop"]),
+              help="Binary: bytes after the last whole record: refuse them, or leave them out.")
+@click.option("--label-field", metavar="FIELD",
+              help="Binary dump: the record field whose values are the classes.")
+@click.option("--label-spec", metavar="SPEC",
+              help="Binary dump: --labels is a binary file read with this spec (e.g. "
+                   "mnist-idx-labels); without it, --labels has one label per line.")
+@click.option("--label-column", multiple=True, metavar="COL",
+              help="Table: the label column (repeat, or a,b, for several: a multi-hot or "
+                   "multi-target float vector). Text labels become class ids.")
+@click.option("--feature-columns", multiple=True, metavar="COLS",
+              help="Table: feature columns, names or globs ('f*'), repeatable or a,b "
+                   "(default: every numeric column except the label and key).")
+@click.option("--drop-columns", multiple=True, metavar="COLS",
+              help="Table: columns (names or globs) to leave out of the features.")
+@click.option("--key-column", metavar="COL",
+              help="Table: the column whose values are the sample keys (default: the row "
+                   "number, zero-padded).")
+@click.option("--na", type=click.Choice(["fail", "drop", "zero", "mean"]), default="fail",
+              show_default=True,
+              help="Table: what to do with an empty or non-numeric feature cell: stop with "
+                   "its row, drop its row, or fill it with 0 or the column's mean.")
+@click.option("--categorical", multiple=True, metavar="COLS",
+              help="Table: text columns to map to ids (sorted names, kept in the manifest).")
+@click.option("--date-columns", multiple=True, metavar="COLS",
+              help="Table: date columns, converted to seconds since the column's first "
+                   "date (kept in the manifest; naive dates as UTC).")
+@click.option("--task", type=click.Choice(["classify", "regress"]), default="classify",
+              show_default=True,
+              help="Table: class ids (cls) from the label, or a float target (target.npy).")
+@table_reading_options
+@json_option
+@quiet_option
+@click.pass_context
+def pack(ctx, source, out, as_json, quiet, **options):
+    """Pack SOURCE, a folder of files (or with --spec a binary dump, or a table: .csv,
+    .tsv, .xlsx, .xls, .parquet), into one dataset.
+
+    Classes come from sub-folder names (ImageFolder layout), from --labels, from a
+    record field, from a table's --label-column, or there are none. Bad inputs are
+    listed with their reason, never dropped silently. Files are stored byte for byte;
+    binary records as arrays in their own type and native byte order; a table row as a
+    float32 feature array (see docs/tables.md).
+
+    \b
+    Example:
+      packer pack ./images --to webdataset -o ./images-wds --workers 2 --check decode
+      packer pack ./flat --labels labels.csv --to lmdb -o ./flat.lmdb
+      packer pack ./scans --group-by-stem --to hdf5 -o ./scans.h5
+      packer pack imu.bin --spec imu.toml --to hdf5 -o imu.h5 --window 256 --stride 128
+      packer pack ./wavs --spec pcm16 --to webdataset -o wavs-wds
+      packer pack train-images-idx3-ubyte --spec mnist-idx --labels \\
+          train-labels-idx1-ubyte --label-spec mnist-idx-labels --to hdf5 -o mnist.h5
+      packer pack ./export.xlsx --to hdf5 --label-column diagnosis -o ./export.h5
+      packer pack ./big.csv --to webdataset --label-column y --feature-columns 'f*' -o big-wds
+      packer pack ./sensors.csv --to hdf5 --label-column y --na mean -o sensors.h5
+      packer pack ./visits.csv --to hdf5 --label-column outcome --categorical city,sex \\
+          --date-columns admitted -o visits.h5
+      packer pack ./images --to webdataset -o ./images-wds --max-count 10000
+      packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
+    """
+    from packer.packing.pipeline import pack as run_pack
+
+    defaults = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    given = {name for name in options if ctx.get_parameter_source(name) not in defaults}
+    warning = check_pack_options(source, options, given)
+    if warning:
+        click.echo(warning, err=True)
+    tune_for_packing()  # this process is packer's own (packer.pack leaves it as it is)
+    manifest = run_pack(source, out, PackOptions(**options, progress=show_progress(quiet)))
+    if as_json:
+        emit_json(pack_summary(manifest, out))
+    else:
+        click.echo(pack_text(manifest, out))
+        kind = recorded_kind(manifest)
+        summary = kind and kind.summary_text(manifest)
+        if summary:
+            click.echo(summary)

@@ -1,0 +1,176 @@
+"""Text and JSON views of manifests and reports, for people and scripts."""
+
+from pathlib import Path
+
+from packer.formats import format_module
+from packer.manifest import MANIFEST_NAME, class_counts
+from packer.sample import split_name
+from packer.text import names_text, plural
+
+LIST_LIMIT = 20
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _listing(entries: list[dict], where: str) -> list[str]:
+    lines = [f"  {e['path']}: {e['reason']}" for e in entries[:LIST_LIMIT]]
+    if len(entries) > LIST_LIMIT:
+        lines.append(f"  ... and {len(entries) - LIST_LIMIT:,} more, all in {where}")
+    return lines
+
+
+def pack_summary(manifest: dict, out: Path) -> dict:
+    seconds = manifest["seconds"]
+    packed_bytes = sum(f["bytes"] for f in manifest["fields"].values())
+    return {
+        "output": str(out), "format": manifest["format"], "packed": manifest["count"],
+        "skipped": len(manifest["skipped"]), "ignored": len(manifest["ignored"]),
+        "bytes": packed_bytes, "output_bytes": sum(p["bytes"] for p in manifest["parts"]),
+        "parts": len(manifest["parts"]), "seconds": round(seconds, 3),
+        "samples_per_s": round(manifest["count"] / seconds, 1) if seconds else None,
+        "mb_per_s": round(packed_bytes / 1e6 / seconds, 2) if seconds else None,
+        "symlinks": manifest.get("symlinks"), "skipped_inputs": manifest["skipped"],
+        "labels": labels_text(manifest), "empty_classes": empty_classes(manifest),
+    }
+
+
+def labels_text(manifest: dict) -> str:
+    """Where the labels came from: `class folders (3 classes)`, `labels.csv (4 classes)`,
+    or why there are none."""
+    source = manifest["source"]
+    kind = source.get("labels", "none")
+    if kind == "none":
+        return _no_labels_text(source)
+    where = {"folders": "class folders",
+             "labels-file": Path(source.get("labels_file") or "").name,
+             "column": "column " + ", ".join(source.get("label_columns") or []),
+             "record-field": f"record field {source.get('label_field')}"}.get(kind, kind)
+    classes = manifest.get("classes")
+    text = f"{where} ({plural(len(classes), 'class', 'classes')})" if classes else where
+    return text + _labels_file_notes(source.get("labels_read") or {}, classes or [])
+
+
+def _labels_file_notes(read: dict, classes: list[str]) -> str:
+    """How a labels file was read, where a reader would want to check it."""
+    notes = []
+    if read.get("ids") == "numeric order":
+        shown = ", ".join(f"{name} is {i}" for i, name in enumerate(classes[:4]))
+        notes.append(f"a label is negative, so class ids are the labels' ranks in numeric "
+                     f"order ({shown}{', ...' if len(classes) > 4 else ''})")
+    if read.get("header"):
+        notes.append("its first row was taken as a header: " + ",".join(read["header"]))
+    if read.get("encoding") not in (None, "utf-8", "utf-8-sig"):
+        notes.append(f"read as {read['encoding']}; if the class names look wrong, pass "
+                     "--encoding")
+    return "".join(f"; {note}" for note in notes)
+
+
+def _no_labels_text(source: dict) -> str:
+    if not source.get("top_files"):
+        return "none"
+    names = names_text(source["top_files"], source["top_file_count"])
+    return (f"none — {source['path']} has files at its top level ({names}) so it is not "
+            "an ImageFolder layout; move them or pass --labels")
+
+
+def empty_classes(manifest: dict) -> list[str]:
+    """Classes that no packed sample has."""
+    return [name for name, count in class_counts(manifest).items() if not count]
+
+
+def _shared_stems(manifest: dict) -> list[str]:
+    """Stems shared by several files that were all packed (none of them skipped)."""
+    skipped = set()
+    for entry in manifest["skipped"]:
+        folder, _, name = entry["path"].rpartition("/")
+        skipped.add(f"{folder}/{split_name(name)[0]}" if folder else split_name(name)[0])
+    return [stem for stem in manifest.get("shared_stems") or [] if stem not in skipped]
+
+
+def pack_text(manifest: dict, out: Path) -> str:
+    s = pack_summary(manifest, out)
+    layout = format_module(manifest["format"])
+    unit = layout.PART
+    unit += "" if s["parts"] == 1 else "s"
+    lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
+             f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
+             f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
+    lines += filter(None, [layout.layout_text(manifest)])
+    where = str(out / MANIFEST_NAME)
+    if manifest["skipped"]:
+        lines.append(f"skipped {s['skipped']:,} inputs:")
+        lines += _listing(manifest["skipped"], where)
+    else:
+        lines.append("skipped 0 inputs")
+    if manifest["ignored"]:
+        lines.append(f"ignored {_ignored_text(manifest)} (listed in {where})")
+    links = manifest.get("symlinks") or {"count": 0}
+    if links["count"]:
+        lines.append(f"symlinks: {links['count']:,} "
+                     + ("followed" if links["followed"] else
+                        "not followed (--no-follow-symlinks), listed as skipped"))
+    stems = _shared_stems(manifest)
+    if stems:
+        why = ("extensions that differ only in case, which WebDataset would merge"
+               if manifest["options"].get("group_by_stem") else "--group-by-stem joins them")
+        lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
+                     f"samples ({why}): {names_text(stems)}")
+    if manifest.get("unmatched_labels"):
+        names = manifest["unmatched_labels"]
+        lines.append(f"{len(names):,} rows of the labels file name no file: {names_text(names)}")
+    return "\n".join(lines + _labels_lines(manifest))
+
+
+def _labels_lines(manifest: dict) -> list[str]:
+    lines = [f"labels: {labels_text(manifest)}"]
+    if empty_classes(manifest):
+        lines.append(f"classes with no samples: {names_text(empty_classes(manifest))}")
+    return lines
+
+
+def inspect_text(manifest: dict, path: Path) -> str:
+    total = sum(p["bytes"] for p in manifest["parts"])
+    lines = [f"{path}: {manifest['format']}, {manifest['count']:,} samples, {_mb(total)} "
+             f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
+             f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
+             f"{manifest['created']}", *_labels_lines(manifest)]
+    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest)])
+    lines.append("fields:")
+    for name, info in manifest["fields"].items():
+        size = "" if name == "cls" else f", {_mb(info['bytes'])}"
+        lines.append(f"  {name:<10} {info['dtype']:<6} {info['count']:,} samples{size}")
+    counts = class_counts(manifest)
+    if counts:
+        lines.append(f"classes ({len(counts)}):")
+        lines += [f"  {i:>4}  {name}: {n:,}" for i, (name, n) in enumerate(counts.items())]
+    lines.append("parts:")
+    for part in manifest["parts"][:LIST_LIMIT]:
+        name = part.get("name", f"samples {part['first']:,}+")
+        lines.append(f"  {name}: {part['count']:,} samples, {_mb(part['bytes'])}")
+    if len(manifest["parts"]) > LIST_LIMIT:
+        lines.append(f"  ... and {len(manifest['parts']) - LIST_LIMIT} more")
+    lines.append(f"skipped: {len(manifest['skipped']):,}")
+    lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
+    if manifest["ignored"]:
+        lines.append(f"ignored: {_ignored_text(manifest)}")
+    return "\n".join(lines)
+
+
+def _ignored_text(manifest: dict) -> str:
+    """`3 hidden or OS junk files`, `the labels file`, or both joined by `and`."""
+    labels = sum(e["reason"] == "the labels file" for e in manifest["ignored"])
+    junk = len(manifest["ignored"]) - labels
+    texts = [f"{junk:,} hidden or OS junk file{'s' if junk != 1 else ''}"] if junk else []
+    return " and ".join(texts + (["the labels file"] if labels else []))
+
+
+def verify_text(report: dict) -> str:
+    if report["ok"]:
+        return f"OK: {report['count']:,} samples in {report['dataset']} verified"
+    lines = [f"FAILED: {plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
+    lines += [f"  {p}" for p in report["problems"]]
+    if report["problem_count"] > len(report["problems"]):
+        lines.append(f"  ... and {report['problem_count'] - len(report['problems']):,} more")
+    return "\n".join(lines)

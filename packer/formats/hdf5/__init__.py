@@ -1,0 +1,131 @@
+"""HDF5: one file, one dataset per field, row i of every dataset is sample i.
+
+    OUT                  one HDF5 file: h5py.File("OUT") opens it
+      __key__   (N,) utf-8 strings; none when sample i's key is its index_key
+      jpg, ...  (N,) vlen uint8: the file's bytes, empty where a sample lacks it
+      cls       (N,) int64 class ids
+      attrs     classes (names in id order), packer_manifest (the manifest as JSON)
+
+A binary dump is stored as its records instead (the manifest's `records` says so):
+
+      records   (R,) compound: every record of the dump, its fields at their offsets
+                in native byte order; sample i is record i, or with windows
+                records i*stride .. i*stride+window-1
+      cls       (N,) int64 class ids, where the samples have classes
+
+The file is written as OUT.partial/data.h5 (beside the progress of a resumable run)
+and renamed to OUT when complete. Datasets packed before the file was the dataset are
+folders, OUT/manifest.json and OUT/data.h5, and read as well. A part is a block of
+samples flushed together (writer.py); parts written as columns (tables) or as records
+(dumps) are checked whole, by CRC-32 (reader.py).
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import msgpack
+
+from packer.errors import DatasetError
+from packer.formats.hdf5.reader import Reader
+from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer
+from packer.formats.protocol import (
+    READ_ERRORS,
+    block_limits,
+    checksum_problems,
+    remove,
+    sample_problems,
+)
+from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
+
+NAME = "hdf5"
+PART = "part"
+SHAPES = (RECORDS, COLUMNS, SAMPLES)
+PACK_OPTIONS = frozenset()
+SAMPLE_DIGESTS = True
+WRITER = Hdf5Writer
+_RUN = 1024  # samples read at a time by read_part
+part_limits = block_limits
+
+
+def encode(sample: dict) -> list[bytes]:
+    """msgpack, to cross the process boundary in one piece; stored column by column."""
+    return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
+
+
+def data_files(path: Path, manifest: dict) -> list[Path]:
+    """The file itself, or in a dataset packed as a folder its data.h5."""
+    path = Path(path)
+    return [path if path.is_file() else path / FILE_NAME]
+
+
+def publish(work: Path, out: Path) -> None:
+    """The finished file (its manifest is in its attributes) renamed to `out`,
+    replacing an old dataset (a file, or a folder of the older layout) last."""
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        remove(old)
+        out.rename(old)
+    (work / FILE_NAME).rename(out)
+    remove(work)
+    remove(old)
+
+
+def manifest_in_file(path: Path) -> dict | None:
+    """The manifest in the `packer_manifest` attribute of a packed HDF5 file."""
+    if not h5py.is_hdf5(path):
+        return None
+    try:
+        with h5py.File(path, "r") as file:
+            text = file.attrs.get("packer_manifest")
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot open the HDF5 file: {err}") from None
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise DatasetError(f"{path}: cannot read the manifest in its attributes: {err}"
+                           ) from None
+
+
+def reader(path: Path, manifest: dict) -> Reader:
+    return Reader(data_files(path, manifest)[0], manifest)
+
+
+def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    return reader(path, manifest).read_part(part, _RUN)
+
+
+def verify_part(path: Path, manifest: dict, part: dict, name: str,
+                compare) -> tuple[list[str], int]:
+    """Parts written as columns or records against their CRC-32, whole; the others
+    sample by sample."""
+    if "columns_crc32" not in part and "records_crc32" not in part:
+        return sample_problems(read_part(path, manifest, part), part, name, compare,
+                               READ_ERRORS)
+    part_reader = reader(path, manifest)
+    try:
+        rows, crc = part_reader.checksum(part)
+    except READ_ERRORS as err:
+        return [f"{name}: unreadable: {err}"], 0
+    finally:
+        part_reader.close()
+    expected = part.get("columns_crc32", part.get("records_crc32"))
+    return checksum_problems(name, part["count"], rows, crc == expected), rows
+
+
+def layout_text(manifest: dict) -> str | None:
+    """How the file holds a binary dump: `stored as records: 138,888 records in the
+    dataset "records"; sample i is records i*128 .. i*128+255 (overlapping windows are stored
+    once, in 5.0 MB)`."""
+    layout = manifest.get("records")
+    if not layout:
+        return None
+    window, stride = layout["window"], layout["stride"]
+    sample = (f"records i*{stride} .. i*{stride}+{window - 1}" if window else "record i")
+    stored = sum(part["bytes"] for part in manifest["parts"]) / 1e6
+    once = f" (overlapping windows are stored once, in {stored:,.1f} MB)" if window else ""
+    return (f"stored as records: {layout['records']:,} records in the dataset "
+            f"\"{layout['dataset']}\"; sample i is {sample}{once}")

@@ -1,0 +1,125 @@
+"""The HDF5 reader: runs of samples as slices of every dataset, and the checksums
+of parts written whole."""
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+from isal.isal_zlib import crc32
+
+from packer.errors import DatasetError
+from packer.formats.base import ProcessReader
+from packer.formats.hdf5.writer import dataset_names
+from packer.sample import KEY, columns_crc32, index_key, index_keys
+
+
+class Reader(ProcessReader):
+    """Runs of samples as slices of every dataset; the file is opened once per
+    process, lazily, so forked workers never share an HDF5 handle."""
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path, self.fields = path, manifest["fields"]
+        self.names = dataset_names(manifest)
+        self.firsts = [p["first"] for p in manifest["parts"]]
+        self.records = manifest.get("records")
+        self._check_rows(manifest["count"])
+
+    def _check_rows(self, count: int) -> None:
+        """A DatasetError unless every dataset holds the rows `count` samples need."""
+        file = self._open_handle(None)
+        try:
+            if self.records:
+                window, stride = self.records["window"] or 0, self.records["stride"] or 1
+                needed = {self.records["dataset"]: (count - 1) * stride + max(window, 1)
+                          if count else 0}
+                needed.update({"cls": count} if "cls" in self.fields else {})
+            else:
+                needed = {name: count for name in self.names.values() if name is not None}
+            for name, rows in needed.items():
+                held = len(file[name]) if name in file else None
+                if held is None or held < rows or (held > rows and not self.records):
+                    found = "no such dataset" if held is None else f"{held:,} rows"
+                    raise DatasetError(f"{self.path}: dataset {name!r} has {found}, but the "
+                                       f"manifest's {count:,} samples need {rows:,}; the "
+                                       "manifest does not belong to this data (restore it, "
+                                       "or pack the source again)")
+        finally:
+            file.close()
+
+    def _open_handle(self, inherited) -> h5py.File:
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as err:
+            raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
+
+    def read(self, part: int, start: int, count: int) -> list[dict]:
+        file, first = self.handle(), self.firsts[part] + start
+        if self.records:
+            return self._read_records(file, first, count)
+        if self.names[KEY] is None:  # samples keyed by their index
+            keys = index_keys(first, count)
+        else:
+            keys = file[self.names[KEY]][first:first + count]
+            if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
+                keys = [index_key(i) for i in keys.tolist()]
+            else:
+                keys = [key.decode("utf-8") for key in keys]
+        columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
+                   for name, spec in self.fields.items()]
+        samples = []
+        for row, key in enumerate(keys):
+            sample = {KEY: key}
+            for name, dtype, column in columns:
+                value = column[row]
+                if dtype == "bytes":
+                    if value.size:
+                        sample[name] = value.tobytes()
+                elif name == "cls":
+                    sample[name] = int(value)
+                else:
+                    sample[name] = np.asarray(value)
+            samples.append(sample)
+        return samples
+
+    def _read_records(self, file: h5py.File, first: int, count: int) -> list[dict]:
+        """Samples of a dump stored as records: the records they cover, read at once
+        and split into one array per field."""
+        layout = self.records
+        window, stride = layout["window"] or 0, layout["stride"] or 1
+        start = first * stride
+        rows = file[layout["dataset"]][start:start + (count - 1) * stride + max(window, 1)]
+        columns = {name: np.ascontiguousarray(rows[member])
+                   for name, member in layout["members"].items()}
+        labels = file["cls"][first:first + count].tolist() if "cls" in self.fields else None
+        keys, samples = index_keys(first, count), []
+        for i in range(count):
+            at = i * stride
+            sample = {KEY: keys[i]}
+            for name, column in columns.items():
+                # a copy per window: overlapping windows must not share memory
+                sample[name] = (column[at:at + window].copy() if window
+                                else np.asarray(column[at]))
+            if labels is not None:
+                sample["cls"] = labels[i]
+            samples.append(sample)
+        return samples
+
+    def checksum(self, part: dict) -> tuple[int, int]:
+        """The samples a part holds and the CRC-32 of its data, as the writer computed
+        it: over its records and class ids, or over its columns."""
+        if not self.records:
+            columns = self.columns(part)
+            return min(len(c) for c in columns.values()), columns_crc32(columns)
+        file = self.handle()
+        start, stop = part["records"]
+        crc = crc32(file[self.records["dataset"]][start:stop].view(np.uint8))
+        if "cls" not in self.fields:
+            return part["count"], crc
+        labels = file["cls"][part["first"]:part["first"] + part["count"]]
+        return len(labels), crc32(labels, crc)
+
+    def columns(self, part: dict) -> dict[str, np.ndarray]:
+        """A part's samples as the columns they were written from."""
+        file = self.handle()
+        return {name: file[self.names[name]][part["first"]:part["first"] + part["count"]]
+                for name in self.fields}

@@ -1,0 +1,209 @@
+"""Random access into tar shards, packer's own or any other tool's.
+
+A shard is indexed once by reading only its member headers: the index holds each
+sample's key and each member's field, data offset and size. Reading a run of
+samples is then one read of contiguous bytes, sliced by the index. PAX (`x`) and GNU long-name
+(`L`) headers are understood; samples are consecutive members sharing a key,
+as webdataset groups them.
+"""
+
+import mmap
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from packer.errors import DatasetError
+from packer.sample import KEY, split_member
+
+_BLOCK = 512
+_ZERO_BLOCK = bytes(_BLOCK)
+
+
+def _number(field: bytes) -> int:
+    if field[0] & 0x80:  # GNU base-256, for sizes past 8 GB
+        return int.from_bytes(field[1:], "big")
+    return int(field.rstrip(b"\0 ") or b"0", 8)
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    records, position = {}, 0
+    while position < len(data) and data[position:position + 1] != b"\0":
+        space = data.index(b" ", position)
+        length = int(data[position:space])
+        keyword, _, value = data[space + 1:position + length - 1].partition(b"=")
+        records[keyword.decode()] = value.decode("utf-8", "surrogateescape")
+        position += length
+    return records
+
+
+def _ustar_name(header: bytes) -> str:
+    name = header[:100].split(b"\0", 1)[0]
+    prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+    return (prefix + b"/" + name if prefix else name).decode("utf-8", "surrogateescape")
+
+
+def _header_size(header: bytes, where: str, offset: int) -> int:
+    try:
+        return _number(header[124:136])
+    except ValueError:
+        raise DatasetError(f"{where}: damaged tar header at byte offset {offset:,}: its size "
+                           f"field {header[124:136]!r} is not an octal number") from None
+
+
+def _checksum_ok(header: bytes) -> bool:
+    """The header's checksum field against the sum of its bytes (the field counted as
+    spaces). Adler-32's first half is 1 + that sum modulo 65521, in C: a flipped bit
+    changes the sum by at most 128, so comparing modulo 65521 misses none. A field
+    that is not a number is a bad checksum."""
+    try:
+        stored = _number(header[148:156])
+    except ValueError:
+        return False
+    total = (zlib.adler32(header) & 0xFFFF) - 1 - sum(header[148:156]) + 8 * 32
+    return (stored - total) % 65521 == 0
+
+
+def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
+    """(offset of the member's first header, name, data offset, size) of each regular
+    file member of the archive in `data` (bytes or a memory map)."""
+    offset = chain_start = 0
+    long_name = long_size = None
+    end = len(data)
+    while True:
+        header = data[offset:offset + _BLOCK]
+        if not header or header == _ZERO_BLOCK:  # the end (its zero blocks may be missing)
+            return
+        if len(header) < _BLOCK:
+            raise DatasetError(f"{where}: truncated: the file ends at byte {end:,}, inside "
+                               f"the tar header that starts at byte offset {offset:,}")
+        if not _checksum_ok(header):
+            raise DatasetError(f"{where}: bad tar header checksum at byte offset {offset:,}")
+        size = long_size if long_size is not None else _header_size(header, where, offset)
+        kind, data_offset = header[156:157], offset + _BLOCK
+        if data_offset + size > end:
+            raise DatasetError(f"{where}: truncated: the member at byte offset {chain_start:,} "
+                               f"holds {size:,} bytes from offset {data_offset:,}, but the "
+                               f"file ends at byte {end:,}")
+        offset = data_offset + size + (-size % _BLOCK)
+        if kind in (b"x", b"L"):
+            extra = data[data_offset:data_offset + size]
+            if kind == b"L":
+                long_name = extra.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            else:
+                records = _pax_records(extra)
+                long_name = records.get("path", long_name)
+                long_size = int(records["size"]) if "size" in records else None
+            continue
+        if kind in (b"0", b"\0"):
+            yield chain_start, long_name or _ustar_name(header), data_offset, size
+        chain_start, long_name, long_size = offset, None, None
+
+
+@dataclass
+class ShardIndex:
+    """Where every member of a shard is: sample i's members are first[i]..first[i+1]-1."""
+
+    keys: list[str]
+    first: np.ndarray  # (samples + 1,) index of each sample's first member
+    offset: np.ndarray  # (members,) byte offset of each member's data
+    size: np.ndarray  # (members,) bytes of each member's data
+    field: list[str]  # (members,) each member's field name
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+
+def index_shard(path: str) -> ShardIndex:
+    """One pass over a shard's headers (through a memory map: no read per header)."""
+    keys, first, offsets, sizes, fields = [], [], [], [], []
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            raise DatasetError(f"{path}: an empty file, not a tar shard")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            for _, name, data_offset, size in members(view, path):
+                key, field = split_member(name)
+                if not keys or keys[-1] != key:
+                    keys.append(key)
+                    first.append(len(offsets))
+                offsets.append(data_offset)
+                sizes.append(size)
+                fields.append(sys.intern(field))
+    return ShardIndex(keys, np.array([*first, len(offsets)], np.int64),
+                      np.array(offsets, np.int64), np.array(sizes, np.int64), fields)
+
+
+class Reader:
+    """Runs of samples from local shards. Each shard is indexed once (the indexes
+    survive forks and pickling, for workers to share); files are opened lazily in
+    the process that reads, so no file handle crosses a fork."""
+
+    def __init__(self, paths: list[str], int_fields: set[str] = frozenset()):
+        self.paths, self.int_fields = paths, int_fields
+        self._fds: dict[int, int] = {}
+        self._indexes: dict[int, ShardIndex] = {}
+        self._pid = None
+
+    def index(self, part: int) -> ShardIndex:
+        if part not in self._indexes:
+            self._indexes[part] = index_shard(self.paths[part])
+        return self._indexes[part]
+
+    def _fd(self, part: int) -> int:
+        if self._pid != os.getpid():
+            self._fds, self._pid = {}, os.getpid()
+        if part not in self._fds:
+            self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
+        return self._fds[part]
+
+    def count(self, part: int) -> int:
+        return self.index(part).count
+
+    def read(self, part: int, start: int, count: int) -> list[dict]:
+        index, fd = self.index(part), self._fd(part)
+        bounds = index.first[start:start + count + 1].tolist()
+        if len(bounds) < 2:
+            return []
+        offsets = index.offset[bounds[0]:bounds[-1]].tolist()
+        sizes = index.size[bounds[0]:bounds[-1]].tolist()
+        low = offsets[0]
+        data = os.pread(fd, offsets[-1] + sizes[-1] - low, low)
+        samples, fields, base = [], index.field, bounds[0]
+        for number, (begin, end) in enumerate(zip(bounds, bounds[1:], strict=False), start=start):
+            sample = {KEY: index.keys[number]}
+            for member in range(begin - base, end - base):
+                value = data[offsets[member] - low:offsets[member] - low + sizes[member]]
+                name = fields[member + base]
+                sample[name] = (self._int(value, part, offsets[member]) if name in self.int_fields
+                                else value)
+            samples.append(sample)
+        return samples
+
+    def _int(self, value: bytes, part: int, offset: int) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise DatasetError(f"{self.paths[part]}: the member at byte offset "
+                               f"{offset - _BLOCK:,} holds {bytes(value[:20])!r}, not a class "
+                               "id (a decimal integer)") from None
+
+    def read_part(self, part: int, run: int = 1024) -> Iterator[dict]:
+        """Every sample of one shard, `run` at a time; its file is closed at the end."""
+        try:
+            for start in range(0, self.count(part), run):
+                yield from self.read(part, start, run)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fds": {}, "_pid": None}

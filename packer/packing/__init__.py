@@ -1,0 +1,1 @@
+"""Packing: a source scanned, read in workers, written by a format (pipeline.py)."""

@@ -1,0 +1,136 @@
+"""The options of a pack, and which of them apply to which kind of source and format.
+
+One table, built from what each source kind (packer/sources/*) and format
+(packer/formats/*) declares, is checked before packing, so that an option the source
+would ignore is refused instead of passing silently. No click here: the CLI says
+which options were given, this module decides.
+"""
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packer.errors import UsageProblem
+from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES, format_module
+from packer.sources import all_kinds, claim, kind_info, source_options
+from packer.sources.base import Applies
+
+
+@dataclass
+class PackOptions:
+    to: str = DEFAULT_FORMAT
+    labels: Path | None = None
+    unlabelled: bool = False
+    group_by_stem: bool = False
+    follow_symlinks: bool = True
+    on_error: str = "skip"
+    check: str = "header"
+    workers: int = 1
+    shard_size: int = 256 << 20
+    max_count: int | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    spec: str | None = None
+    window: int | None = None
+    stride: int | None = None
+    tail: str | None = None
+    label_field: str | None = None
+    label_spec: str | None = None
+    sheet: str | None = None  # tables (packer/sources/tables, docs/tables.md)
+    header_row: int | None = None
+    skip_rows: int = 0
+    delimiter: str | None = None
+    decimal: str | None = None
+    encoding: str | None = None
+    label_column: tuple = ()
+    feature_columns: tuple = ()
+    drop_columns: tuple = ()
+    key_column: str | None = None
+    na: str = "fail"
+    categorical: tuple = ()
+    date_columns: tuple = ()
+    task: str = "classify"
+
+    def recorded(self) -> dict:
+        """The options that shape the output, as the manifest records them."""
+        kept = asdict(self)
+        for name in ("workers", "resume", "overwrite", "progress"):
+            kept.pop(name)
+        kept["labels"] = str(self.labels.resolve()) if self.labels else None
+        return kept
+
+    def shaping(self) -> dict:
+        """The recorded options, less the part bounds that the --to format does not
+        read: what a resumed run must match."""
+        ignored = PART_OPTIONS - format_module(self.to).PACK_OPTIONS
+        return {name: value for name, value in self.recorded().items() if name not in ignored}
+
+
+# Options of every pack, whatever the source and the format.
+EVERY_PACK = frozenset({"to", "out", "workers", "resume", "overwrite", "spec", "as_json",
+                        "quiet"})
+# Bounds of a part, which a format reads or not (its PACK_OPTIONS): given to a format that
+# does not read them, they are a warning, as scripts pass the same bounds to every format.
+PART_OPTIONS = frozenset({"shard_size", "max_count"})
+_APPLIES = {**source_options(), **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
+PACK_OPTIONS: dict[str, Applies] = {  # in the order of PackOptions, as `--help` lists them
+    name: _APPLIES[name] for name in PackOptions.__dataclass_fields__ if name in _APPLIES}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _kinds_text(kinds: frozenset) -> str:
+    """`CSV/TSV tables and folders with or without --spec`: a group of kinds by its
+    name where all of it is meant."""
+    every = all_kinds()
+    groups = dict.fromkeys(info.group for info in every.values() if info.group)
+    named = [group for group in groups
+             if {k for k, info in every.items() if info.group == group} <= kinds]
+    left = [k for k in every if k in kinds and every[k].group not in named]
+    names = [every[k].plural for k in left] + named
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def inapplicable_options(kind: str, to: str, given: set[str]) -> tuple[dict, dict]:
+    """The given options that `kind` does not read, and those only `to` does not read,
+    each with where it applies: ({name: why}, {name: why})."""
+    by_kind, by_format = {}, {}
+    format_reads = format_module(to).PACK_OPTIONS
+    for name, applies in PACK_OPTIONS.items():
+        if name not in given:
+            continue
+        if kind not in applies.kinds:
+            by_kind[name] = f"only for {_kinds_text(applies.kinds)}"
+        elif applies.needs.get(kind) and applies.needs[kind] not in given:
+            by_kind[name] = f"only with {_flag(applies.needs[kind])}"
+        elif name in PART_OPTIONS and name not in format_reads:
+            readers = [f for f in FORMAT_NAMES if name in format_module(f).PACK_OPTIONS]
+            by_format[name] = "only for " + " or ".join(f"--to {f}" for f in readers)
+    return by_kind, by_format
+
+
+def _grouped(reasons: dict) -> str:
+    """`--a, --b (only for tables); --c (only for Excel workbooks)`."""
+    groups: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        groups.setdefault(why, []).append(_flag(name))
+    return "; ".join(f"{', '.join(names)} ({why})" for why, names in groups.items())
+
+
+def check_pack_options(source: Path, options: dict, given: set[str]) -> str | None:
+    """Refuse `given` options (those set on the command line) that this source would
+    ignore; return the warning about those only the --to format ignores, if any."""
+    found = claim(source, options.get("spec"))
+    if found is None:  # packing says why
+        return None
+    _, kind = found
+    by_kind, by_format = inapplicable_options(kind, options["to"], given)
+    if by_kind:
+        raise UsageProblem(f"these options do not apply to {source}, taken for "
+                           f"{kind_info(kind).taken_for}: "
+                           f"{_grouped({**by_kind, **by_format})}. Leave them out.")
+    if by_format:
+        return f"Warning: --to {options['to']} ignores {_grouped(by_format)}."
+    return None

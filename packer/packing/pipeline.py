@@ -1,0 +1,280 @@
+"""Packing: a scanned source, read in parallel, written by a format writer.
+
+The output is written to `OUT.partial` and renamed to `OUT` only when complete.
+After each closed part, `OUT.partial/progress.json` records what is durable
+(parts, skipped inputs, counts), so `--resume` continues after the last closed
+part and ends with exactly what an uninterrupted run writes; with the options and
+the input's sample count, so a refused resume can say what changed.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from packer import __version__
+from packer.errors import BadInputError, PackerError, UsageProblem
+from packer.formats import format_module
+from packer.formats.base import Chunk, encode_chunk
+from packer.manifest import MANIFEST_NAME, is_packed, partial_path, write_json_atomic
+from packer.packing.options import PackOptions
+from packer.packing.parallel import ordered_map
+from packer.packing.resume import check_unchanged
+from packer.packing.tally import Tally, nothing_packed
+from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
+from packer.sources import claimed, open_source
+from packer.sources.files.scan import read_file
+
+PROGRESS_NAME = "progress.json"
+SPOOL_NAME = "spool"
+CHUNK = 512  # samples per unit of worker work
+RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS shape)
+
+
+def check_paths(source: Path, out: Path, options: PackOptions) -> None:
+    claimed(source, options.spec)
+    src, dst = source.resolve(), out.resolve()
+    if dst.is_relative_to(src):
+        raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
+                           "elsewhere, or it would be packed into itself")
+    if src.is_relative_to(dst):
+        raise UsageProblem(f"-o {out} contains the input {source}; choose another output")
+    if out.exists() and not options.overwrite:
+        raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
+    if out.is_file() and not is_packed(out):
+        raise UsageProblem(f"-o {out} is a file, and not a packed dataset; refusing to "
+                           "replace it, choose another -o")
+    if out.is_dir() and any(out.iterdir()) and not is_packed(out):
+        raise UsageProblem(f"{out} exists and is not a packed dataset; refusing to replace "
+                           "it, choose another -o")
+
+
+def _shape(source, module) -> str:
+    """The first of the shapes the source offers that the format's writer takes."""
+    return next(shape for shape in (*source.SHAPES, SAMPLES) if shape in module.SHAPES)
+
+
+def _setup(source, options: PackOptions) -> dict:
+    """What the writer writes (fields, classes, the shape of the samples and what it
+    needs) and what a resumed run must match (the input and the options that shape
+    this format)."""
+    shape = _shape(source, format_module(options.to))
+    fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.shaping()],
+                                            default=str).encode()).hexdigest()
+    indexed = shape != SAMPLES  # samples keyed by their index: the reader makes the keys
+    return {"fields": source.field_specs, "classes": source.classes,
+            "input_bytes": source.input_bytes, "fingerprint": fingerprint,
+            # kept in progress.json to say what changed when a --resume is refused
+            "options": json.loads(json.dumps(options.recorded(), default=str)),
+            "input": {"fingerprint": source.fingerprint, "samples": source.count},
+            "shape": shape, "implicit_keys": indexed,
+            "key_dataset": None if indexed else source.key_dataset, "attrs": source.attrs,
+            "records": source.records_layout() if shape == RECORDS else None,
+            "record_dtype": source.record_dtype if shape == RECORDS else None}
+
+
+def _start(out: Path, source, setup: dict, options: PackOptions):
+    """The writer (fresh or resumed) and the tally to continue from."""
+    work = partial_path(out)
+    progress_path = work / PROGRESS_NAME
+    if work.exists() and options.resume and progress_path.exists():
+        progress = json.loads(progress_path.read_text())
+        check_unchanged(source, setup, progress, work)
+        setup["started_ns"] = progress.get("started_ns", setup["started_ns"])
+    elif work.exists() and not (options.resume or options.overwrite):
+        raise UsageProblem(f"{work} is left from an interrupted run; pass --resume to "
+                           "continue it or --overwrite to start over")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        progress = None
+    module = format_module(options.to)
+    writer = module.WRITER(work, setup, *module.part_limits(options))
+    tally = Tally(class_counts=[0] * len(setup["classes"] or []))
+    restarted = progress and writer.resume(progress["parts"])
+    if restarted:
+        sys.stderr.write(f"Warning: {work}: {restarted}; packing again from the start.\n")
+    elif progress:
+        tally = Tally(**progress["tally"])
+    return writer, tally
+
+
+def _save_progress(writer, tally: Tally, setup: dict) -> None:
+    write_json_atomic(writer.folder / PROGRESS_NAME, {
+        "fingerprint": setup["fingerprint"], "started_ns": setup["started_ns"],
+        "options": setup["options"], "input": setup["input"],
+        "parts": writer.parts, "tally": asdict(tally)}, sync=False)
+
+
+def _fail_on(entry: dict, root: Path) -> None:
+    raise BadInputError(f"{root / entry['path']}: {entry['reason']} (--on-error fail stops "
+                        "at the first bad input; the default, --on-error skip, lists it in "
+                        "the manifest and goes on)")
+
+
+def _pack_chunk(job: tuple) -> Chunk:
+    """Read, check and encode a run of samples: the unit of work of a worker.
+
+    A worker process writes the encoded bytes to a spool file instead of returning
+    them: a pipe would copy every byte several times in the main process.
+    """
+    read_job, source_job, fmt, spool = job
+    chunk = encode_chunk(read_job(source_job), format_module(fmt))
+    if spool is None:
+        return chunk
+    with open(spool, "wb") as file:
+        file.write(chunk.blob)
+    return chunk._replace(blob=b"", spool=spool)
+
+
+def _unspool(chunk: Chunk) -> Chunk:
+    if chunk.spool is None:
+        return chunk
+    blob = read_file(chunk.spool)
+    os.unlink(chunk.spool)
+    return chunk._replace(blob=blob, spool=None)
+
+
+class _NoBar:
+    def update(self, count: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(options: PackOptions, **settings):
+    """A tqdm bar, or with -q one that shows nothing (and spares importing tqdm)."""
+    if not options.progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(**settings)
+
+
+def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
+                  options: PackOptions) -> None:
+    """Column blocks straight into the writer: no per-sample step, one part per block."""
+    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
+                        desc=f"packing to {options.to}", unit_scale=True)
+    for columns, crc32 in source.blocks(tally.next_input):
+        rows = writer.add_block(columns, crc32)
+        tally.add_block(columns)
+        tally.next_input += rows
+        _save_progress(writer, tally, setup)
+        bar.update(rows)
+    bar.close()
+
+
+def _write_records(source, read_job, writer, tally: Tally, setup: dict,
+                   options: PackOptions) -> None:
+    """A dump's records copied whole, one part of about RECORDS_PART_BYTES at a time."""
+    import numpy as np  # only dumps come here
+
+    stride = setup["records"]["stride"] or 1
+    part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
+    sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
+                    for name, spec in setup["fields"].items()}
+    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
+                        desc=f"packing to {options.to}", unit_scale=True)
+    while tally.next_input < source.count:
+        count = min(part_size, source.count - tally.next_input)
+        labels = writer.add_records(source, count)
+        tally.add_rows(count, sample_bytes, labels)
+        tally.next_input += count
+        _save_progress(writer, tally, setup)
+        bar.update(count)
+    bar.close()
+
+
+def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
+                   options: PackOptions) -> None:
+    """Samples read and encoded in the workers (or in this process), stored in order."""
+    start, total = tally.next_input, source.count
+    spool = writer.folder / SPOOL_NAME
+    shutil.rmtree(spool, ignore_errors=True)
+    spool.mkdir()
+    jobs = ((read_job, job, options.to,
+             str(spool / f"{n:08d}") if options.workers > 1 else None)
+            for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
+    bar = _progress_bar(options, total=total, initial=start, unit="sample",
+                        desc=f"packing to {options.to}", dynamic_ncols=True)
+    began, first_bytes = time.perf_counter(), tally.input_bytes
+    index = start
+    for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
+        if chunk.skipped and options.on_error == "fail":
+            _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
+        stored = 0
+        while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
+            next_input = index + chunk.good_positions()[stored]
+            _save_progress(writer, tally.upto(chunk, stored, next_input), setup)
+        tally.add_chunk(chunk)
+        index += chunk.count
+        bar.update(chunk.count)
+        rate = (tally.input_bytes - first_bytes) / 1e6 / (time.perf_counter() - began)
+        bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
+    bar.close()
+    writer.close_part()
+    spool.rmdir()
+    tally.next_input = total
+
+
+_WRITE = {SAMPLES: _write_samples, COLUMNS: _write_blocks, RECORDS: _write_records}
+
+
+def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -> dict:
+    fields = {name: {**spec, **tally.fields.get(name, {"count": 0, "bytes": 0})}
+              for name, spec in setup["fields"].items()}
+    return {
+        "format": options.to, "layout_version": LAYOUT_VERSION, "tool": f"packer {__version__}",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "count": writer.count, "fields": fields,
+        "classes": source.classes, "class_counts": tally.class_counts if source.classes else None,
+        "parts": writer.parts,
+        "key_dataset": setup["key_dataset"],
+        **({"records": setup["records"]} if setup["records"] else {}),
+        "options": options.recorded(),
+        "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
+        "ignored": [],
+        **source.describe(options),
+    }
+
+
+def pack(path: Path, out: Path, options: PackOptions) -> dict:
+    """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
+    them) into `out`; returns the manifest."""
+    path, out = Path(path), Path(out)
+    check_paths(path, out, options)
+    started_ns = time.time_ns()
+    source, read_job = open_source(path, options)
+    if source.scan_skipped and options.on_error == "fail":
+        _fail_on(source.scan_skipped[0], path)
+    if not source.count:
+        raise PackerError(nothing_packed(path, source.scan_skipped, source.unmatched_labels))
+    setup = {**_setup(source, options), "started_ns": started_ns}
+    writer, tally = _start(out, source, setup, options)
+    began = time.perf_counter()
+    try:
+        _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
+    except PackerError:
+        shutil.rmtree(writer.folder, ignore_errors=True)
+        raise
+    if not writer.count:
+        shutil.rmtree(writer.folder, ignore_errors=True)
+        raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
+    source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
+    manifest = _manifest(source, writer, tally, setup, options)
+    writer.finish(manifest)
+    (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
+    write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
+    format_module(options.to).publish(writer.folder, out)
+    manifest["seconds"] = time.perf_counter() - began
+    return manifest

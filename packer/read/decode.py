@@ -1,0 +1,134 @@
+"""Decoding samples in the loader's workers.
+
+`decode="rgb8"` turns every image field into a uint8 tensor (3, H, W): EXIF
+orientation applied; grayscale, palette, CMYK, RGBA and 16-bit images brought to
+8-bit RGB (16-bit scaled down by 256, not clipped); resized to `image_size` when
+given, so images of different sizes stack into one batch. `decode="pil"` gives
+the same as a PIL image, `decode="raw"` leaves the bytes. `npy` becomes a tensor,
+`cls` an int, `json` a parsed object, `txt` a str; other fields stay bytes unless
+a decoder for them is passed.
+"""
+
+import io
+import json
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from packer.sample import KEY
+from packer.sources.files.checks import PIL_FORMATS
+
+DECODE_MODES = ("rgb8", "pil", "raw")
+IMAGE_FIELDS = {"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "ppm", "pgm"}
+_EXIF_ORIENTATION = 0x0112
+
+
+def _size(image_size) -> tuple[int, int] | None:
+    """`image_size` as (height, width): an int means a square."""
+    if image_size is None:
+        return None
+    if isinstance(image_size, int):
+        return image_size, image_size
+    height, width = image_size
+    return int(height), int(width)
+
+
+def to_rgb8(image: Image.Image) -> Image.Image:
+    """An 8-bit RGB image, whatever the mode; 16-bit values are scaled, not clipped."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        values = np.asarray(image).astype(np.int64)
+        gray = (np.clip(values, 0, 65535) >> 8).astype(np.uint8)
+        return Image.fromarray(np.stack([gray] * 3, axis=-1))
+    if image.mode == "F":
+        gray = np.clip(np.asarray(image), 0, 255).astype(np.uint8)
+        return Image.fromarray(np.stack([gray] * 3, axis=-1))
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
+                 resize: bool = True) -> Image.Image:
+    """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given
+    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes).
+    `kind` (the field's extension) spares PIL from trying every format."""
+    hint = PIL_FORMATS.get(kind)
+    try:
+        image = Image.open(io.BytesIO(data), formats=[hint] if hint else None)
+    except UnidentifiedImageError:  # named for another format: let PIL try them all
+        image = Image.open(io.BytesIO(data))
+    if size is not None and image.format == "JPEG":
+        side = max(size)  # decode at a reduced scale that still covers the target
+        image.draft("RGB", (side, side))
+    if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
+    image = to_rgb8(image)
+    if resize and size is not None and image.size != (size[1], size[0]):
+        image = image.resize((size[1], size[0]), Image.BILINEAR)
+    return image
+
+
+def image_tensor(image: Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+
+def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None
+                ) -> torch.Tensor:
+    """Bytes to a uint8 (3, H, W) tensor, resized to `size` if given. torch resizes
+    with the same antialiased bilinear filter as PIL (within 1 of 255 when shrinking,
+    2 when enlarging), in half the time."""
+    pixels = image_tensor(decode_image(data, size, kind, resize=False))
+    if size is None or tuple(pixels.shape[1:]) == size:
+        return pixels
+    return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
+
+
+def _field_kind(name: str) -> str:
+    return name.rsplit(".", 1)[-1].lower()
+
+
+class Decoder:
+    """Decodes one sample dict; picklable, so it travels to spawned workers."""
+
+    def __init__(self, mode: str = "rgb8", image_size=None,
+                 decoders: dict[str, Callable] | None = None, image_key: str | None = None):
+        if mode not in DECODE_MODES:
+            raise ValueError(f"decode={mode!r}: use one of {', '.join(DECODE_MODES)}")
+        self.mode, self.size, self.decoders = mode, _size(image_size), decoders or {}
+        self.image_key = image_key  # every image field is renamed to this, when given
+
+    def field(self, name: str, value):
+        if name in self.decoders:
+            return self.decoders[name](value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
+        kind = _field_kind(name)
+        if kind in IMAGE_FIELDS:
+            if self.mode == "raw":
+                return value
+            if self.mode == "rgb8":
+                return rgb8_tensor(value, self.size, kind)
+            return decode_image(value, self.size, kind)
+        if kind == "cls":
+            return int(value)
+        if kind == "npy":
+            return torch.from_numpy(np.load(io.BytesIO(value), allow_pickle=False))
+        if kind == "json":
+            return json.loads(value)
+        if kind == "txt":
+            return value.decode("utf-8")
+        return value
+
+    def __call__(self, sample: dict) -> dict:
+        decoded = {name: value if name == KEY else self.field(name, value)
+                   for name, value in sample.items()}
+        if self.image_key:
+            images = [name for name in decoded if _field_kind(name) in IMAGE_FIELDS]
+            if len(images) == 1:
+                decoded[self.image_key] = decoded.pop(images[0])
+        return decoded

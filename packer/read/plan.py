@@ -1,0 +1,121 @@
+"""Which samples a rank and a worker read in an epoch, and in which order.
+
+Pure bookkeeping, no I/O. The dataset is a list of parts (tar shards, LMDB or
+HDF5 blocks) with sample counts. One epoch:
+
+1. Cut every part into units of at most `unit` consecutive samples and shuffle
+   the units with a generator seeded by (seed, epoch) (no shuffle: keep order).
+2. Concatenate them into one sequence of N samples. Every rank takes an equal
+   contiguous slice: N // R samples each with `remainder="drop"`, or ceil(N / R)
+   with `remainder="pad"`, where the sequence wraps around to fill the last slice.
+3. Each DataLoader worker takes a contiguous piece of its rank's slice.
+4. The worker reads its piece in windows of `window` samples (long contiguous
+   reads) and, when shuffling, emits each window in a permutation seeded by
+   (seed, epoch, rank, worker, window number).
+
+Every sample is read once per epoch across all ranks and workers (plus the
+padding), every rank yields the same count, and a position in a worker's
+sequence says exactly which samples came before it, so resuming is a skip.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+REMAINDERS = ("pad", "drop")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`count` consecutive samples of part `part`, from its sample `start`."""
+
+    part: int
+    start: int
+    count: int
+
+
+def holdout_units(runs: list[Segment], holdout: tuple[float, str] | None) -> list[Segment]:
+    """The units of one side of a fixed split: `(0.1, "val")` keeps every tenth unit,
+    spread evenly over the dataset, and `(0.1, "train")` the others."""
+    if holdout is None:
+        return runs
+    fraction, side = holdout
+    picked = [int((i + 1) * fraction) > int(i * fraction) for i in range(len(runs))]
+    return [run for run, held in zip(runs, picked, strict=True) if held == (side == "val")]
+
+
+def units(part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
+          epoch: int, holdout: tuple[float, str] | None = None) -> list[Segment]:
+    runs = [Segment(p, start, min(unit or count, count - start))
+            for p, count in enumerate(part_counts)
+            for start in range(0, count, unit or max(count, 1))]
+    runs = holdout_units(runs, holdout)
+    if shuffle:
+        order = np.random.default_rng([seed, epoch]).permutation(len(runs))
+        runs = [runs[i] for i in order]
+    return runs
+
+
+def rank_size(total: int, world_size: int, remainder: str) -> int:
+    """Samples every rank yields per epoch."""
+    if remainder == "drop":
+        return total // world_size
+    return -(-total // world_size)
+
+
+def worker_span(size: int, worker: int, num_workers: int) -> tuple[int, int]:
+    """[begin, end) of a rank's `size` samples read by `worker` (sizes differ by <= 1)."""
+    base, extra = divmod(size, num_workers)
+    begin = worker * base + min(worker, extra)
+    return begin, begin + base + (worker < extra)
+
+
+def slice_runs(runs: list[Segment], begin: int, end: int) -> list[Segment]:
+    """The runs covering positions [begin, end) of the sequence `runs` make, wrapping
+    around past its end (the padding)."""
+    total = sum(r.count for r in runs)
+    out, position = [], 0
+    while begin < end and total:
+        for run in runs:
+            lo, hi = max(begin, position), min(end, position + run.count)
+            if lo < hi:
+                out.append(Segment(run.part, run.start + lo - position, hi - lo))
+            position += run.count
+        begin = max(begin, position)
+    return out
+
+
+def worker_runs(part_counts: list[int], *, unit: int | None, shuffle: bool, seed: int,
+                epoch: int, rank: int, world_size: int, worker: int, num_workers: int,
+                remainder: str, holdout: tuple[float, str] | None = None) -> list[Segment]:
+    """The runs `worker` of `rank` reads this epoch, in reading order."""
+    sequence = units(part_counts, unit, shuffle, seed, epoch, holdout)
+    size = rank_size(sum(r.count for r in sequence), world_size, remainder)
+    begin, end = worker_span(size, worker, num_workers)
+    return slice_runs(sequence, rank * size + begin, rank * size + end)
+
+
+def windows(runs: list[Segment], window: int) -> Iterator[list[Segment]]:
+    """`runs` cut into consecutive windows of `window` samples."""
+    current, filled = [], 0
+    for run in runs:
+        start = run.start
+        left = run.count
+        while left:
+            take = min(left, window - filled)
+            current.append(Segment(run.part, start, take))
+            start, left, filled = start + take, left - take, filled + take
+            if filled == window:
+                yield current
+                current, filled = [], 0
+    if current:
+        yield current
+
+
+def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, worker: int,
+                 number: int) -> np.ndarray:
+    """The order in which a window's samples are emitted."""
+    if not shuffle:
+        return np.arange(size)
+    return np.random.default_rng([seed, epoch, rank, worker, number]).permutation(size)

@@ -1,0 +1,147 @@
+"""The sample model, shared by every source and format.
+
+A sample is a dict `{"__key__": str, FIELD: value, ...}`, the WebDataset convention;
+a field's name says its encoding (`jpg`, `png`, `cls` (an int class id), `json`,
+`txt`, `npy` (an array)). A value is bytes, an int or a numpy array; `field_bytes`
+gives its canonical bytes, `sample_digest` a digest that no format changes.
+
+Keys are reversible names that survive the WebDataset `KEY.FIELD` split. A file's
+key is its path relative to the packed folder, without its extension, with `%`, `.`
+and `~` percent-escaped (and bytes that are not UTF-8 escaped as `%XX`), so a key
+never holds a dot and the first dot of a tar member name always separates key from
+field. `~` is reserved: when several files share a stem and are packed as separate
+samples, their keys become `STEM~EXT`, and `~EXT` is dropped again when the path is
+restored. A sample with no path (a table row, a record of a dump) is keyed by its
+index, `index_key(i)`, zero-padded to 10 digits.
+"""
+
+import hashlib
+import io
+import re
+from urllib.parse import unquote
+
+KEY = "__key__"
+LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
+INDEX_KEY = "%010d"  # the key of sample i where its source gives none
+INDEX_KEY_BYTES = INDEX_KEY.encode()
+
+# The shapes in which a source offers its samples, and a format's writer takes them:
+SAMPLES = "samples"  # dicts, one by one (every source and every format)
+COLUMNS = "columns"  # blocks of column arrays, samples keyed by their index
+RECORDS = "records"  # a dump's records copied whole, samples keyed by their index
+
+
+def index_key(index: int) -> str:
+    """`7` -> `0000000007`: the key of a sample known by its index."""
+    return INDEX_KEY % index
+
+
+def index_keys(first: int, count: int) -> list[str]:
+    """The keys of samples first .. first+count-1."""
+    return [INDEX_KEY % i for i in range(first, first + count)]
+
+
+def field_bytes(value) -> bytes:
+    """The canonical bytes of a field value: an int as its decimal text (a class id),
+    an array as a .npy file."""
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return _npy_bytes(value)
+
+
+def _npy_bytes(array) -> bytes:
+    import numpy as np  # here, so that packing plain files never loads numpy
+
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"cannot store a {type(array).__name__} as a field")
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def value_size(value) -> int:
+    """Bytes of data a field value holds (0 for a class id)."""
+    if isinstance(value, int):
+        return 0
+    return value.nbytes if hasattr(value, "nbytes") else len(value)
+
+
+def msgpack_default(value):
+    """Lets msgpack carry arrays, as .npy bytes."""
+    return _npy_bytes(value)
+
+
+def columns_crc32(columns: dict, crc: int = 0) -> int:
+    """The checksum of a block of samples given as column arrays (fields in name
+    order): the CRC-32 of zlib.crc32, computed by ISA-L (several times faster)."""
+    import numpy as np  # column blocks are numpy arrays; plain files never come here
+    from isal.isal_zlib import crc32
+
+    for name in sorted(columns):
+        crc = crc32(np.ascontiguousarray(columns[name]).data, crc)
+    return crc
+
+
+def sample_digest(sample: dict) -> bytes:
+    """sha256 of the key, then each field's name, length and bytes in name order."""
+    parts = [sample[KEY].encode(), b"\0"]
+    for name in sorted(k for k in sample if k != KEY):
+        data = field_bytes(sample[name])
+        parts += (name.encode(), b"\0", len(data).to_bytes(8, "little"), data)
+    return hashlib.sha256(b"".join(parts)).digest()
+
+
+
+_ESCAPED = {"%", ".", "~"}
+_NEEDS_ESCAPE = re.compile("[%.~\udc80-\udcff]")
+_DISAMBIGUATOR = "~"
+NO_EXTENSION_FIELD = "_"  # the field of a file that has no extension
+
+
+def encode_key(stem_path: str) -> str:
+    """`cats/my.photo 1` -> `cats/my%2Ephoto 1`; the inverse is `decode_key`."""
+    if not _NEEDS_ESCAPE.search(stem_path):
+        return stem_path
+    out = []
+    for char in stem_path:
+        code = ord(char)
+        if char in _ESCAPED:
+            out.append(f"%{code:02X}")
+        elif 0xDC80 <= code <= 0xDCFF:  # a raw byte of a name that is not UTF-8
+            out.append(f"%{code - 0xDC00:02X}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def disambiguate(key: str, field: str) -> str:
+    """The key of one of several files that share a stem but are separate samples."""
+    return f"{key}{_DISAMBIGUATOR}{encode_key(field)}"
+
+
+def decode_key(key: str) -> str:
+    """The stem path a key was made from (without any `~EXT` disambiguator)."""
+    return unquote(key.split(_DISAMBIGUATOR, 1)[0], errors="surrogateescape")
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """`stem.ext` -> (stem, escaped ext); a name with no extension gets field `_`."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem or not ext:  # `README`, `.profile`, `name.`
+        return name, NO_EXTENSION_FIELD
+    return stem, encode_key(ext)
+
+
+def restored_path(key: str, field: str) -> str:
+    """The relative path a sample's field came from (fields are escaped like keys)."""
+    stem = decode_key(key)
+    return stem if field == NO_EXTENSION_FIELD else f"{stem}.{decode_key(field)}"
+
+
+def split_member(member: str) -> tuple[str, str]:
+    """A tar member `dir/KEY.FIELD` -> (`dir/KEY`, `FIELD`), as webdataset splits it."""
+    folder, slash, base = member.rpartition("/")
+    key, _, field = base.partition(".")
+    return folder + slash + key, field

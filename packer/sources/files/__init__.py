@@ -1,0 +1,48 @@
+"""The `files` source kind: a folder of files, one sample per file (or per stem group).
+
+    scan.py     walk the folder into samples (layout, labels, sidecars, symlinks); read
+                and check one sample in a worker
+    labels.py   filename,label CSV files
+    checks.py   cheap signature and end-marker checks, optional full decode
+    compare.py  `packer verify --against`: packed samples against the source folder
+"""
+
+from pathlib import Path
+
+from packer.sources.base import Applies, Kind
+
+NAME = "files"
+FOLDER = "folder"
+KINDS = {FOLDER: Kind("a folder of files", "folders of files without --spec",
+                      "folders with or without --spec")}
+_FOLDER = frozenset({FOLDER})
+OPTIONS = {name: Applies(_FOLDER) for name in ("labels", "unlabelled", "group_by_stem",
+                                               "follow_symlinks", "check", "on_error")}
+OPTIONS["encoding"] = Applies(_FOLDER, needs={FOLDER: "labels"})  # of the labels file
+UNCLAIMED = "not a folder"
+RECORDED_AS = ("files",)
+
+
+def claims(path: Path, spec: str | None) -> str | None:
+    return FOLDER if not spec and path.is_dir() else None
+
+
+def summary_text(manifest: dict) -> None:
+    return None  # the summary of every pack says all there is
+
+
+def scan_input(path: Path, options):
+    """The scanned folder, and the function its jobs are read with."""
+    from packer.sources.files.scan import read_job, scan_folder
+
+    scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
+                       group_by_stem=options.group_by_stem,
+                       follow_symlinks=options.follow_symlinks,
+                       labels_encoding=options.encoding)
+    return scan, read_job
+
+
+def against(manifest: dict, folder: Path):
+    from packer.sources.files.compare import Against
+
+    return Against(manifest, folder)

@@ -1,0 +1,50 @@
+"""The `tables` source kind: a CSV, TSV, Excel or Parquet table, one sample per row.
+
+The source is `source.py` (packer/tables/ reads and converts the tables); pandas is
+imported only when a table is scanned.
+"""
+
+from pathlib import Path
+
+from packer.sources.base import Applies, Kind
+from packer.tables import TABLE_SUFFIXES
+
+NAME = "tables"
+CSV, EXCEL, PARQUET = "csv", "excel", "parquet"
+KINDS = {
+    CSV: Kind("a text table (CSV, TSV or .txt)", "CSV/TSV tables", "tables"),
+    EXCEL: Kind("an Excel workbook", "Excel workbooks", "tables"),
+    PARQUET: Kind("a Parquet table", "Parquet tables", "tables"),
+}
+_TABLES = frozenset(KINDS)
+OPTIONS = {name: Applies(_TABLES) for name in (
+    "label_column", "feature_columns", "drop_columns", "key_column", "na", "categorical",
+    "date_columns", "task")}
+OPTIONS.update(sheet=Applies(frozenset({EXCEL})), header_row=Applies(frozenset({CSV, EXCEL})),
+               skip_rows=Applies(frozenset({CSV, EXCEL})), delimiter=Applies(frozenset({CSV})),
+               decimal=Applies(frozenset({CSV})), encoding=Applies(frozenset({CSV})))
+UNCLAIMED = ("a table must end in " + ", ".join(TABLE_SUFFIXES[:-1]) + " or "
+             + TABLE_SUFFIXES[-1])
+RECORDED_AS = ("table",)
+against = None
+
+
+def claims(path: Path, spec: str | None) -> str | None:
+    suffix = path.suffix.lower()
+    if spec or not path.is_file() or suffix not in TABLE_SUFFIXES:
+        return None
+    return EXCEL if suffix in (".xlsx", ".xls") else PARQUET if suffix == ".parquet" else CSV
+
+
+def summary_text(manifest: dict) -> str:
+    """What the pack took from the table: features, labels, rows with gaps."""
+    from packer.sources.tables.summary import table_text
+
+    return table_text(manifest)
+
+
+def scan_input(path: Path, options):
+    """The checked and spooled table, and the function its jobs are read with."""
+    from packer.sources.tables.source import TableSource, read_job
+
+    return TableSource(path, options), read_job
