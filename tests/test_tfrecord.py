@@ -237,3 +237,12 @@ def test_the_loader_reads_every_sample_once_per_epoch_with_workers(packed):
         assert Counter(orders[-1]) == Counter(keys) and len(orders[-1]) == len(dataset)
     assert orders[0] != orders[1] != keys  # shuffled, anew each epoch
 
+
+def test_a_part_without_its_file_or_digest_is_refused_at_load(packed):
+    written = (packed / "manifest.json").read_text()
+    for missing in ("name", "sha256"):
+        manifest = json.loads(written)
+        del manifest["parts"][1][missing]
+        (packed / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(DatasetError, match=f"'{missing}' is a required property"):
+            packer.load_manifest(packed)
