@@ -42,6 +42,7 @@ class Chunk(NamedTuple):
     skipped: dict[int, list]  # position in the run -> skip entries
     count: int  # samples in the run, skipped ones included
     spool: str | None = None  # a file holding `blob`, when it crossed from a worker
+    spool_crc: int = 0  # the CRC-32 of the spool file's bytes
 
     def good_positions(self) -> list[int]:
         """The position in the run of each good sample."""
@@ -156,6 +157,11 @@ class Writer:
 
     def _begin_part(self, part: dict) -> None:
         pass
+
+    def pending_bytes(self) -> int:
+        """Disk space the open part will still take when it is closed (a writer that
+        keeps a part in memory until then says how much)."""
+        return 0
 
 
 class ProcessReader:

@@ -81,6 +81,10 @@ class LmdbWriter(Writer):
         self._commit(self._pending)
         self._pending = []
 
+    def pending_bytes(self) -> int:
+        # values of a few KB take whole overflow pages: up to about twice their size
+        return 2 * self._open_part["bytes"] if self._open_part else 0
+
     def _commit(self, items: list[tuple[bytes, bytes]]) -> None:
         while True:
             try:

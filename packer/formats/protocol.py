@@ -7,7 +7,10 @@ on is in `packer/formats/base.py` (Writer, ProcessReader) and below (the part
 checks, the default publishing of a finished folder).
 """
 
+import ctypes
+import errno
 import hashlib
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,13 +85,13 @@ class Format(Protocol):
         when `path` is no such file (a format whose datasets are folders: always)."""
 
 
-FORMAT_NAMES_DECLARED = tuple(Format.__annotations__) + tuple(
+PROTOCOL_NAMES = tuple(Format.__annotations__) + tuple(
     name for name, value in vars(Format).items() if callable(value) and not name.startswith("_"))
 
 
 def missing_names(module) -> list[str]:
     """The names of the protocol that a format module lacks."""
-    return [name for name in FORMAT_NAMES_DECLARED if not hasattr(module, name)]
+    return [name for name in PROTOCOL_NAMES if not hasattr(module, name)]
 
 
 def block_limits(options) -> tuple[int, int]:
@@ -147,13 +150,55 @@ def checksum_problems(name: str, count: int, rows: int, matches: bool) -> list[s
 
 
 def publish_folder(work: Path, out: Path) -> None:
-    """Swap the finished `work` folder in as `out` (replacing an old dataset last)."""
-    old = out.with_name(out.name + ".old")
-    if out.exists():
+    """The finished `work` folder put in place as `out`."""
+    swap_in(work, out)
+
+
+def swap_in(new: Path, out: Path) -> None:
+    """Put `new` (a file or a folder) at `out` in one step, durably: its files are
+    synced first, so that a power loss never leaves an `out` that looks complete, and
+    an old dataset at `out` is exchanged with it atomically (Linux's renameat2), so
+    that a kill leaves either the old dataset or the new one at `out`, never none;
+    the old one is then removed."""
+    _sync_tree(new)
+    if out.exists() and _exchange(new, out):
+        remove(new)
+    else:
+        old = out.with_name(out.name + ".old")  # where an atomic exchange is not offered
+        if out.exists():
+            remove(old)
+            out.rename(old)
+        new.rename(out)
         remove(old)
-        out.rename(old)
-    work.rename(out)
-    remove(old)
+    _sync(out.parent)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically; False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    done = renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0
+    if not done and ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(second))
+    return done
+
+
+def _sync_tree(path: Path) -> None:
+    paths = [path] if path.is_file() else [*path.rglob("*"), path]
+    for item in paths:
+        _sync(item)
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove(path: Path) -> None:

@@ -3,6 +3,8 @@ a few chunks per worker are in flight, so memory does not grow with the input.""
 
 import ctypes
 import gc
+import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
@@ -14,7 +16,8 @@ def ordered_map(function: Callable, items: Iterable, workers: int) -> Iterator:
         return
     import multiprocessing  # here: a run in one process spares importing it
 
-    with multiprocessing.get_context().Pool(workers, initializer=tune_for_packing) as pool:
+    with multiprocessing.get_context().Pool(workers, initializer=_start_worker,
+                                            initargs=(os.getpid(),)) as pool:
         pending: deque = deque()
         for item in items:
             pending.append(pool.apply_async(function, (item,)))
@@ -22,6 +25,21 @@ def ordered_map(function: Callable, items: Iterable, workers: int) -> Iterator:
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
+
+
+_PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for this process when its parent dies
+
+
+def _start_worker(parent: int) -> None:
+    """A worker dies with the process that started it: a worker orphaned by the OOM
+    killer must not go on writing spool files that a resumed run could read."""
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the spool files' names and checksums still guard a resume
+    if os.getppid() != parent:  # the parent died before the prctl
+        os._exit(1)
+    tune_for_packing()
 
 
 def tune_for_packing() -> None:

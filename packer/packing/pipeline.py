@@ -10,6 +10,7 @@ the input's sample count, so a refused resume can say what changed.
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -17,14 +18,18 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from isal import isal_zlib
+
 from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, is_packed, partial_path, write_json_atomic
+from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions
 from packer.packing.parallel import ordered_map
 from packer.packing.resume import check_unchanged
+from packer.packing.space import DiskFull, check_room, disk_full_reported
 from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
@@ -127,16 +132,23 @@ def _pack_chunk(job: tuple) -> Chunk:
     chunk = encode_chunk(read_job(source_job), format_module(fmt))
     if spool is None:
         return chunk
-    with open(spool, "wb") as file:
+    with open(spool, "xb") as file:  # never a file that another run's worker made
         file.write(chunk.blob)
-    return chunk._replace(blob=b"", spool=spool)
+    return chunk._replace(blob=b"", spool=spool, spool_crc=isal_zlib.crc32(chunk.blob))
 
 
 def _unspool(chunk: Chunk) -> Chunk:
+    """The chunk with its bytes read back from its spool file, checked against the
+    lengths and CRC-32 its worker sent."""
     if chunk.spool is None:
         return chunk
     blob = read_file(chunk.spool)
     os.unlink(chunk.spool)
+    if len(blob) != sum(chunk.lengths) or isal_zlib.crc32(blob) != chunk.spool_crc:
+        raise PackerError(f"{chunk.spool}: the spool file does not hold what its worker "
+                          f"wrote ({len(blob):,} bytes, {sum(chunk.lengths):,} expected); "
+                          "some other process wrote to it. Nothing was published; run "
+                          "the same command with --resume")
     return chunk._replace(blob=blob, spool=None)
 
 
@@ -163,15 +175,14 @@ def _progress_bar(options: PackOptions, **settings):
 def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
                   options: PackOptions) -> None:
     """Column blocks straight into the writer: no per-sample step, one part per block."""
-    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
-                        desc=f"packing to {options.to}", unit_scale=True)
-    for columns, crc32 in source.blocks(tally.next_input):
-        rows = writer.add_block(columns, crc32)
-        tally.add_block(columns)
-        tally.next_input += rows
-        _save_progress(writer, tally, setup)
-        bar.update(rows)
-    bar.close()
+    def parts():
+        for columns, crc32 in source.blocks(tally.next_input):
+            check_room(writer.folder, sum(column.nbytes for column in columns.values()))
+            rows = writer.add_block(columns, crc32)
+            tally.add_block(columns)
+            yield rows
+
+    _whole_parts(parts(), source, writer, tally, setup, options)
 
 
 def _write_records(source, read_job, writer, tally: Tally, setup: dict,
@@ -183,15 +194,27 @@ def _write_records(source, read_job, writer, tally: Tally, setup: dict,
     part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
     sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
                     for name, spec in setup["fields"].items()}
+
+    def parts():
+        while tally.next_input < source.count:
+            count = min(part_size, source.count - tally.next_input)
+            check_room(writer.folder, count * stride * source.record_dtype.itemsize)
+            tally.add_rows(count, sample_bytes, writer.add_records(source, count))
+            yield count
+
+    _whole_parts(parts(), source, writer, tally, setup, options)
+
+
+def _whole_parts(parts, source, writer, tally: Tally, setup: dict,
+                 options: PackOptions) -> None:
+    """Parts the writer stores whole (`parts` yields each one's samples, once stored and
+    counted): the progress saved after each."""
     bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
                         desc=f"packing to {options.to}", unit_scale=True)
-    while tally.next_input < source.count:
-        count = min(part_size, source.count - tally.next_input)
-        labels = writer.add_records(source, count)
-        tally.add_rows(count, sample_bytes, labels)
-        tally.next_input += count
+    for rows in parts:
+        tally.next_input += rows
         _save_progress(writer, tally, setup)
-        bar.update(count)
+        bar.update(rows)
     bar.close()
 
 
@@ -199,8 +222,9 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
                    options: PackOptions) -> None:
     """Samples read and encoded in the workers (or in this process), stored in order."""
     start, total = tally.next_input, source.count
-    spool = writer.folder / SPOOL_NAME
-    shutil.rmtree(spool, ignore_errors=True)
+    for stale in writer.folder.glob(SPOOL_NAME + "*"):  # an interrupted run's
+        shutil.rmtree(stale, ignore_errors=True)
+    spool = writer.folder / f"{SPOOL_NAME}-{secrets.token_hex(6)}"  # this run's only
     spool.mkdir()
     jobs = ((read_job, job, options.to,
              str(spool / f"{n:08d}") if options.workers > 1 else None)
@@ -212,6 +236,7 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
     for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
         if chunk.skipped and options.on_error == "fail":
             _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
+        check_room(writer.folder, len(chunk.blob) + writer.pending_bytes())
         stored = 0
         while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
             next_input = index + chunk.good_positions()[stored]
@@ -253,6 +278,13 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     them) into `out`; returns the manifest."""
     path, out = Path(path), Path(out)
     check_paths(path, out, options)
+    with output_lock(out):
+        return _pack_locked(path, out, options)
+
+
+def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
+    if out.exists() and not options.overwrite:  # written while this run waited to start
+        raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
     source, read_job = open_source(path, options)
     if source.scan_skipped and options.on_error == "fail":
@@ -262,19 +294,22 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     setup = {**_setup(source, options), "started_ns": started_ns}
     writer, tally = _start(out, source, setup, options)
     began = time.perf_counter()
-    try:
-        _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
-    except PackerError:
-        shutil.rmtree(writer.folder, ignore_errors=True)
-        raise
-    if not writer.count:
-        shutil.rmtree(writer.folder, ignore_errors=True)
-        raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
-    source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
-    manifest = _manifest(source, writer, tally, setup, options)
-    writer.finish(manifest)
-    (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
-    write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
+    with disk_full_reported(writer.folder):
+        try:
+            _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
+        except DiskFull:
+            raise
+        except PackerError:
+            shutil.rmtree(writer.folder, ignore_errors=True)
+            raise
+        if not writer.count:
+            shutil.rmtree(writer.folder, ignore_errors=True)
+            raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
+        source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
+        manifest = _manifest(source, writer, tally, setup, options)
+        writer.finish(manifest)
+        (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
+        write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
     format_module(options.to).publish(writer.folder, out)
     manifest["seconds"] = time.perf_counter() - began
     return manifest

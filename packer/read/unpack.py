@@ -45,6 +45,9 @@ def _free_name(folder: Path, name: str) -> str:
 def _check_output(dataset: Path, out: Path, overwrite: bool) -> None:
     if Path(dataset).resolve().is_relative_to(out.resolve()):
         raise UsageProblem(f"-o {out} contains the dataset {dataset}; choose another output")
+    if out.resolve().is_relative_to(Path(dataset).resolve()):
+        raise UsageProblem(f"-o {out} is inside the dataset {dataset}; unpacking there would "
+                           "mix files into it: choose an output outside it")
     if out.exists() and not out.is_dir():
         raise UsageProblem(f"-o {out} is a file; choose a folder")
     if not out.exists() or not any(out.iterdir()):

@@ -19,7 +19,6 @@ ask which one claims a path) and declares:
                  (`packer verify --against`)
 """
 
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from packer.sample import KEY, SAMPLES
@@ -61,6 +60,3 @@ class Source:
         """The first input of the first `count` samples modified after `time_ns`, where
         the source can tell (a resumed pack refuses a changed input)."""
         return None
-
-    def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
-        raise NotImplementedError

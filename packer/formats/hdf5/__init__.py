@@ -36,6 +36,7 @@ from packer.formats.protocol import (
     checksum_problems,
     remove,
     sample_problems,
+    swap_in,
 )
 from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
 
@@ -62,14 +63,9 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
 
 def publish(work: Path, out: Path) -> None:
     """The finished file (its manifest is in its attributes) renamed to `out`,
-    replacing an old dataset (a file, or a folder of the older layout) last."""
-    old = out.with_name(out.name + ".old")
-    if out.exists():
-        remove(old)
-        out.rename(old)
-    (work / FILE_NAME).rename(out)
+    replacing an old dataset (a file, or a folder of the older layout) in one step."""
+    swap_in(work / FILE_NAME, out)
     remove(work)
-    remove(old)
 
 
 def manifest_in_file(path: Path) -> dict | None:
