@@ -11,6 +11,7 @@ from pathlib import Path
 from packer.errors import PackerError
 
 MARGIN = 8 << 20  # room kept for a format's metadata, the manifest and progress.json
+NEARLY_FULL = 1 << 20  # an error with less room than this left is taken as a full disk
 
 
 class DiskFull(PackerError):
@@ -46,7 +47,7 @@ def disk_full_reported(folder: Path):
     except PackerError:
         raise
     except Exception as err:
-        if not (_is_disk_full(err) or shutil.disk_usage(folder).free < MARGIN):
+        if not (_is_disk_full(err) or shutil.disk_usage(folder).free < NEARLY_FULL):
             raise  # (LMDB says "Input/output error" when the disk fills)
         raise DiskFull(_message(folder, f"{type(err).__name__}: "
                                         f"{str(err).splitlines()[0]}")) from None
