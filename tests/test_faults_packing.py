@@ -186,3 +186,22 @@ def test_a_full_disk_is_one_message_and_resume_finishes_the_pack(fmt, margin, sm
     assert resumed.returncode == 0, resumed.stderr
     assert packer.verify(out, against=source, progress=False)["ok"]
     assert json.dumps(packer.load_manifest(out)["class_counts"]) == "[350, 350]"
+
+
+def test_a_huge_sparse_file_named_jpg_is_skipped_without_being_read(tmp_path):
+    source = image_tree(tmp_path / "a", ["x"], 3)
+    with open(source / "x" / "huge.jpg", "wb") as file:
+        file.truncate(4 << 30)  # 4 GB of zeros that take no disk space
+
+    def small_memory():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "packer", "pack", str(source), "-o", str(out),
+                           "-q"], capture_output=True, text=True, preexec_fn=small_memory)
+    assert done.returncode == 0, done.stderr
+    skipped = packer.load_manifest(out)["skipped"]
+    assert skipped == [{"path": "x/huge.jpg", "reason": "not a JPEG: starts with 00 00 00 00 "
+                        "00 00 00 00, expected FF D8 FF"}]

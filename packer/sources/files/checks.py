@@ -104,6 +104,16 @@ def _decode_image(data: bytes, kind: str) -> str | None:
     return None
 
 
+def check_head(field: str, head: bytes, mode: str) -> str | None:
+    """The reason to skip a big file that its first bytes already give (a wrong
+    signature), so that it is never read whole; None when the rest must be read."""
+    check = _CHEAP_CHECKS.get(field.lower())
+    if mode == "none" or check is None or field.lower() in ("json", "cls"):
+        return None
+    reason = check(head)
+    return reason if reason and reason.startswith("not a") else None  # end checks need it all
+
+
 def check_file(field: str, data: bytes, mode: str) -> str | None:
     """None if `data` is a good file of type `field`, else the reason to skip it."""
     if not data:

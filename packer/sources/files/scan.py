@@ -24,7 +24,7 @@ from pathlib import Path
 from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.base import Source
-from packer.sources.files.checks import check_file
+from packer.sources.files.checks import check_file, check_head
 from packer.sources.files.labels import label_ids, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
@@ -307,18 +307,38 @@ def _count(scan: Scan, listing: list, digest) -> None:
     listing.clear()
 
 
+HEAD_BYTES = 1 << 20  # a file larger than this is read whole only once its start passes
+
+
+def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None]:
+    """An input file's bytes and the reason to skip it (None for a good file). A big
+    file whose first bytes already say it is not what its name says is not read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size > HEAD_BYTES and (reason := check_head(field, os.pread(fd, 64, 0), check)):
+            return b"", reason
+        data = _read_all(fd, size)
+    finally:
+        os.close(fd)
+    return data, check_file(field, data, check)
+
+
 def read_file(path: str) -> bytes:
     """A whole file, in as few system calls as a small file allows."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        chunks = [os.read(fd, size + 1)]
-        if len(chunks[0]) != size:  # grown since the stat, or a short read of a big file
-            while chunk := os.read(fd, 1 << 24):
-                chunks.append(chunk)
-        return b"".join(chunks) if len(chunks) > 1 else chunks[0]
+        return _read_all(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = [os.read(fd, size + 1)]
+    if len(chunks[0]) != size:  # grown since the stat, or a short read of a big file
+        while chunk := os.read(fd, 1 << 24):
+            chunks.append(chunk)
+    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
 
 
 def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list]:
@@ -328,11 +348,9 @@ def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list
     sample: dict = {"__key__": key}
     for field_name, rel_path in files:
         try:
-            data = read_file(f"{root}/{rel_path}")
+            data, reason = read_input(f"{root}/{rel_path}", field_name, check)
         except OSError as err:
             reason = f"cannot read: {err.strerror}"
-        else:
-            reason = check_file(field_name, data, check)
         if reason:
             others = [{"path": p, "reason": f"belongs to the sample of {rel_path}, which "
                        "was skipped"} for _, p in files if p != rel_path]
