@@ -1,4 +1,4 @@
-"""packer: pack the data people really have into WebDataset, LMDB or HDF5.
+"""packer: pack the data people really have into WebDataset, LMDB, HDF5 or TFRecord.
 
 The Python API mirrors the CLI:
 

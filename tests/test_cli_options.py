@@ -41,7 +41,7 @@ def test_table_and_dump_options_given_for_a_folder(image_folder, tmp_path):
     assert "--label-column, --na (only for tables)" in message
     assert "--sheet (only for Excel workbooks)" in message
     assert "--window (only for binary dumps with --spec)" in message
-    assert "--max-count (only for --to webdataset)" in message
+    assert "--max-count (only for --to webdataset or --to tfrecord)" in message
     assert given_in(message) == {"--label-column", "--na", "--sheet", "--window",
                                  "--max-count"}
     assert not out.exists() and not out.with_name("q5.partial").exists()
@@ -139,9 +139,11 @@ def test_tar_shard_bounds_with_another_format_are_a_warning(fmt, image_folder, t
     result = run("pack", image_folder, "--to", fmt, "-o", tmp_path / "o", "--max-count", "3",
                  "--shard-size", "1MB", "-q")
     assert (f"Warning: --to {fmt} ignores --shard-size, --max-count (only for --to "
-            "webdataset).") in result.output
-    result = run("pack", image_folder, "-o", tmp_path / "w", "--max-count", "3", "-q")
-    assert "Warning" not in result.output
+            "webdataset or --to tfrecord).") in result.output
+    for to in ("webdataset", "tfrecord"):
+        result = run("pack", image_folder, "--to", to, "-o", tmp_path / to, "--max-count", "3",
+                     "-q")
+        assert "Warning" not in result.output
 
 
 # -- --resume refused: what changed -----------------------------------------------------

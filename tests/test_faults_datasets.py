@@ -18,8 +18,7 @@ import packer
 from conftest import image_bytes, run
 from packer.cli import cli
 from packer.errors import DatasetError
-
-FORMATS = ("webdataset", "lmdb", "hdf5")
+from packer.formats import FORMAT_NAMES
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def packed(tmp_path_factory):
         folder = images / f"c{i % 3}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{i}.jpg").write_bytes(image_bytes(i))
-    for fmt in FORMATS:
+    for fmt in FORMAT_NAMES:
         run("pack", images, "--to", fmt, "-o", root / fmt, "-q")
     return root
 
@@ -128,7 +127,7 @@ def test_a_class_member_that_is_not_a_number_names_shard_and_offset(tmp_path):
         list(packer.open_dataset(dataset, decode="raw"))
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "webdataset"])
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_a_count_edited_in_the_manifest_is_refused(packed, fmt, tmp_path):
     dataset = copy_of(packed, fmt, tmp_path)
 
@@ -209,7 +208,7 @@ def _paths(value, prefix=()):
                                                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_manifests_never_give_a_traceback(packed, data, tmp_path_factory):
-    fmt = data.draw(st.sampled_from(FORMATS))
+    fmt = data.draw(st.sampled_from(FORMAT_NAMES))
     manifest = read_manifest(packed / fmt)
     manifest["skipped"] = manifest["skipped"][:2]
     for _ in range(data.draw(st.integers(1, 3))):

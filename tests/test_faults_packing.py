@@ -162,8 +162,10 @@ def small_disk(tmp_path):
 # when the file is freed, so for HDF5 the room check before each part is what holds
 @pytest.mark.parametrize(("fmt", "margin"), [
     ("webdataset", space.MARGIN), ("lmdb", space.MARGIN), ("hdf5", space.MARGIN),
-    ("webdataset", -(1 << 60)), ("lmdb", -(1 << 60))],
-    ids=["webdataset", "lmdb", "hdf5", "webdataset-write-fails", "lmdb-write-fails"])
+    ("tfrecord", space.MARGIN), ("webdataset", -(1 << 60)), ("lmdb", -(1 << 60)),
+    ("tfrecord", -(1 << 60))],
+    ids=["webdataset", "lmdb", "hdf5", "tfrecord", "webdataset-write-fails",
+         "lmdb-write-fails", "tfrecord-write-fails"])
 def test_a_full_disk_is_one_message_and_resume_finishes_the_pack(fmt, margin, small_disk,
                                                                  tmp_path):
     source = image_tree(tmp_path / "src", ["a", "b"], 350, size=(160, 120))
@@ -172,7 +174,7 @@ def test_a_full_disk_is_one_message_and_resume_finishes_the_pack(fmt, margin, sm
     main = (f"import packer.packing.space as s; s.MARGIN = {margin}; "
             "from packer.cli import main; main()")
     command = [sys.executable, "-c", main, "pack", str(source), "-o", str(out), "--to", fmt,
-               "-q", *(["--shard-size", "1MB"] if fmt == "webdataset" else [])]
+               "-q", *(["--shard-size", "1MB"] if fmt in ("webdataset", "tfrecord") else [])]
     failed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1, (failed.returncode, failed.stderr)
     assert "the disk is full" in failed.stderr and "--resume" in failed.stderr

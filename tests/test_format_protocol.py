@@ -70,3 +70,10 @@ def test_public_names_stay_the_functions_after_their_modules_load():
 
     for _ in range(2):
         assert callable(packer.verify) and callable(packer.unpack) and callable(packer.pack)
+
+
+def test_a_part_option_names_the_formats_that_read_it(toy, monkeypatch):
+    monkeypatch.setattr(toy, "PACK_OPTIONS", frozenset({"max_count"}))
+    help_text = " ".join(run("pack", "--help").output.split())
+    assert "--max-count INTEGER RANGE webdataset, tfrecord, toy: most samples" in help_text
+    assert "--shard-size SIZE webdataset, tfrecord: most bytes" in help_text

@@ -87,7 +87,7 @@ def test_same_batches_from_every_format(packed):
         batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=150)))
         batches[fmt] = batch
         assert batch["jpg"].shape == (150, 3, 16, 16) and batch["jpg"].dtype == torch.uint8
-    for fmt in ("lmdb", "hdf5"):
+    for fmt in ("lmdb", "hdf5", "tfrecord"):
         assert batches[fmt]["__key__"] == batches["webdataset"]["__key__"]
         assert torch.equal(batches[fmt]["jpg"], batches["webdataset"]["jpg"])
         assert torch.equal(batches[fmt]["cls"], batches["webdataset"]["cls"])

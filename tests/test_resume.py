@@ -29,7 +29,9 @@ cli(sys.argv[1:], prog_name="packer")
 
 
 def shard_bytes(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("shard-*.tar"))}
+    """Tar shards, or TFRecord parts and their indexes."""
+    paths = [*folder.glob("shard-*.tar"), *folder.glob("part-*.tf*")]
+    return {p.name: p.read_bytes() for p in sorted(paths)}
 
 
 def test_any_worker_count_gives_byte_identical_shards(image_folder, tmp_path):

@@ -23,7 +23,8 @@ from packer.cli.table_commands import inspect_table
 @click.group(cls=PackerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="packer")
 def cli():
-    """Pack folders of small files into WebDataset shards, LMDB or HDF5.
+    """Pack folders of small files, tables and binary dumps into WebDataset shards,
+    LMDB, HDF5 or TFRecord (the formats of `packer pack --to`).
 
     \b
     Example:

@@ -29,6 +29,22 @@ class Size(click.ParamType):
         return value if isinstance(value, int) else parse_size(value)
 
 
+class PartOption(click.Option):
+    """A part bound (packer.packing.options.PART_OPTIONS): `{formats}` in its help becomes
+    the formats that read it, looked up when the help is shown (so that a command line
+    that packs imports no format it does not write)."""
+
+    def get_help_record(self, ctx):
+        from packer.packing.options import formats_reading
+
+        template = self.help
+        self.help = template.replace("{formats}", ", ".join(formats_reading(self.name)))
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = template
+
+
 def shard_size(ctx, param, value: int) -> int:
     if value < MIN_SHARD_SIZE:
         raise click.BadParameter(f"{value:,} bytes is too small; give at least 10KiB")

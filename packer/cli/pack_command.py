@@ -6,6 +6,7 @@ import click
 from click.core import ParameterSource
 
 from packer.cli.options import (
+    PartOption,
     Size,
     emit_json,
     json_option,
@@ -53,13 +54,13 @@ from packer.sources.files.checks import CHECK_MODES
                    "They pay off with --check decode (about 1.6-1.7x for 2 on 2 cores); with "
                    "the cheap default check reading files is the work, and on a small "
                    "machine one process is as fast.")
-@click.option("--shard-size", type=Size(), default="256MB", show_default=True,
+@click.option("--shard-size", cls=PartOption, type=Size(), default="256MB", show_default=True,
               callback=shard_size,
-              help="webdataset: most bytes per shard, headers and the tar end included "
-                   "(e.g. 64MB, 1GiB; at least 10KiB). Only a shard holding one sample "
-                   "larger than this is bigger.")
-@click.option("--max-count", type=click.IntRange(min=1),
-              help="webdataset: most samples per shard.")
+              help="{formats}: most bytes per shard or part file, as written (a tar "
+                   "shard's headers and end included; e.g. 64MB, 1GiB; at least 10KiB). "
+                   "Only one holding a single larger sample is bigger.")
+@click.option("--max-count", cls=PartOption, type=click.IntRange(min=1),
+              help="{formats}: most samples per shard or part file, e.g. --max-count 10000.")
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")

@@ -13,6 +13,7 @@ _MODULES = {
     "webdataset": "packer.formats.webdataset",
     "lmdb": "packer.formats.lmdb",
     "hdf5": "packer.formats.hdf5",
+    "tfrecord": "packer.formats.tfrecord",
 }
 FORMAT_NAMES = tuple(_MODULES)
 DEFAULT_FORMAT = FORMAT_NAMES[0]

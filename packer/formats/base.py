@@ -3,12 +3,13 @@
 A sample is a dict `{"__key__": str, FIELD: bytes, ..., "cls": int}`. The packing
 workers encode runs of samples with the format's `encode(sample)` (the sample's
 bytes as a list of pieces, joined once per run) into a `Chunk`; the writer
-receives the samples in order and groups them into parts: a tar shard, or a block
-of samples committed together in LMDB or HDF5. A closed part is durable on disk,
-so an interrupted run resumes after the last closed part.
-Each part records its sample count and a checksum: a tar shard the sha256 of its
-file; an LMDB or HDF5 block `samples_sha256`, the sha256 of its samples' digests
-(`sample_digest`), which does not depend on the format.
+receives the samples in order and groups them into parts: a tar shard, a TFRecord
+file, or a block of samples committed together in LMDB or HDF5. A closed part is
+durable on disk, so an interrupted run resumes after the last closed part.
+Each part records its sample count and a checksum: a part that is a file (a tar
+shard, a TFRecord file) the sha256 of that file; an LMDB or HDF5 block
+`samples_sha256`, the sha256 of its samples' digests (`sample_digest`), which does
+not depend on the format.
 """
 
 import hashlib

@@ -124,6 +124,22 @@ def sample_problems(samples: Iterator[dict], part: dict, name: str, compare,
     return problems, seen
 
 
+def part_file_problems(folder: Path, part: dict) -> list[str]:
+    """A part stored as the file `folder / part["name"]`: its size and sha256 against
+    the manifest's record of it."""
+    path = folder / part["name"]
+    if not path.is_file():
+        return [f"{part['name']}: missing"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    if path.stat().st_size != part["bytes"] or digest.hexdigest() != part["sha256"]:
+        return [f"{part['name']}: {path.stat().st_size:,} bytes, sha256 {digest.hexdigest()[:12]}"
+                f"; the manifest says {part['bytes']:,} bytes, sha256 {part['sha256'][:12]}"]
+    return []
+
+
 def checksum_problems(name: str, count: int, rows: int, matches: bool) -> list[str]:
     """A part checked whole (its rows and one checksum) against the manifest."""
     if rows != count:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packer.errors import UsageProblem
-from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES, format_module
+from packer.formats import DEFAULT_FORMAT, format_module, registered
 from packer.sources import all_kinds, claim, kind_info, source_options
 from packer.sources.base import Applies
 
@@ -93,6 +93,11 @@ def _kinds_text(kinds: frozenset) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def formats_reading(name: str) -> list[str]:
+    """The formats that read the part option `name` (its PACK_OPTIONS)."""
+    return [f for f in registered() if name in format_module(f).PACK_OPTIONS]
+
+
 def inapplicable_options(kind: str, to: str, given: set[str]) -> tuple[dict, dict]:
     """The given options that `kind` does not read, and those only `to` does not read,
     each with where it applies: ({name: why}, {name: why})."""
@@ -106,8 +111,7 @@ def inapplicable_options(kind: str, to: str, given: set[str]) -> tuple[dict, dic
         elif applies.needs.get(kind) and applies.needs[kind] not in given:
             by_kind[name] = f"only with {_flag(applies.needs[kind])}"
         elif name in PART_OPTIONS and name not in format_reads:
-            readers = [f for f in FORMAT_NAMES if name in format_module(f).PACK_OPTIONS]
-            by_format[name] = "only for " + " or ".join(f"--to {f}" for f in readers)
+            by_format[name] = "only for " + " or ".join(f"--to {f}" for f in formats_reading(name))
     return by_kind, by_format
 
 

@@ -27,6 +27,7 @@ from packer.formats.base import Writer
 from packer.formats.protocol import (
     no_file_manifest,
     no_layout_text,
+    part_file_problems,
     publish_folder,
     sample_problems,
 )
@@ -204,27 +205,12 @@ _UNLOCATED = ("{name}: every member reads as tar, so the change is in a file's b
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
                 compare) -> tuple[list[str], int]:
     """The shard's size and sha256, and every sample read through."""
-    file_problems = _file_problems(Path(path), part)
+    file_problems = part_file_problems(Path(path), part)
     problems, seen = sample_problems(read_part(path, manifest, part), part, name, compare,
                                      READ_ERRORS)
     if file_problems and not problems:
         problems = [_UNLOCATED.format(name=name)]
     return file_problems + problems, seen
-
-
-def _file_problems(folder: Path, part: dict) -> list[str]:
-    """A tar shard's size and sha256 against the manifest."""
-    path = folder / part["name"]
-    if not path.is_file():
-        return [f"{part['name']}: missing"]
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    if path.stat().st_size != part["bytes"] or digest.hexdigest() != part["sha256"]:
-        return [f"{part['name']}: {path.stat().st_size:,} bytes, sha256 {digest.hexdigest()[:12]}"
-                f"; the manifest says {part['bytes']:,} bytes, sha256 {part['sha256'][:12]}"]
-    return []
 
 
 WRITER = TarWriter
