@@ -101,6 +101,11 @@ def _count_problem(manifest: dict) -> str | None:
         first += part["count"]
     if first != manifest["count"]:
         return f"the parts hold {first:,} samples, but the count is {manifest['count']:,}"
+    for keys in formats.format_module(manifest["format"]).PART_KEYS:
+        lacking = [part["index"] for part in manifest["parts"] if not set(keys) & set(part)]
+        if lacking:
+            return (f"part {lacking[0]} has no {' or '.join(map(repr, keys))}, which every "
+                    f"part of a {manifest['format']} dataset has")
     names = [part["name"] for part in manifest["parts"] if "name" in part]
     if len(set(names)) != len(names):
         return "two parts have the same file name"

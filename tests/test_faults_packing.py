@@ -70,9 +70,9 @@ def test_workers_die_with_the_main_process(tmp_path):
     source = image_tree(tmp_path / "a", [f"c{i}" for i in range(4)], 500)
     proc = pack_process(source, tmp_path / "out", "--workers", "2", "--check", "decode")
     children = []
-    for _ in range(200):
+    for _ in range(400):  # until the workers have set up and written a chunk
         children = _children(proc.pid)
-        if len(children) >= 2:
+        if len(children) >= 2 and any((tmp_path / "out.partial").glob("spool-*/*")):
             break
         time.sleep(0.05)
     assert len(children) >= 2, "the pack started no workers"

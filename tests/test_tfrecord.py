@@ -244,5 +244,5 @@ def test_a_part_without_its_file_or_digest_is_refused_at_load(packed):
         manifest = json.loads(written)
         del manifest["parts"][1][missing]
         (packed / "manifest.json").write_text(json.dumps(manifest))
-        with pytest.raises(DatasetError, match=f"'{missing}' is a required property"):
+        with pytest.raises(DatasetError, match=f"part 1 has no '{missing}'"):
             packer.load_manifest(packed)

@@ -22,6 +22,7 @@ PART = "part file"
 SHAPES = (SAMPLES,)
 PACK_OPTIONS = frozenset()
 SAMPLE_DIGESTS = True
+PART_KEYS = (("name",), ("samples_sha256",))
 READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
 part_limits = block_limits
 publish = publish_folder

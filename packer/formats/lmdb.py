@@ -38,6 +38,7 @@ PART = "part"  # samples committed in one write transaction
 SHAPES = (SAMPLES,)
 PACK_OPTIONS = frozenset()
 SAMPLE_DIGESTS = True
+PART_KEYS = (("samples_sha256",),)
 READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
 DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"

@@ -42,6 +42,8 @@ class Format(Protocol):
                     COLUMNS: `WRITER.add_block`, RECORDS: `WRITER.add_records`)
     PACK_OPTIONS    the part-bound pack options it reads (packer.packing.options.PART_OPTIONS)
     SAMPLE_DIGESTS  whether its parts record `samples_sha256` over `sample_digest`s
+    PART_KEYS       what each part's record in the manifest must hold: per tuple, one of
+                    its keys (a damaged manifest that lacks them is refused at load)
     READ_ERRORS     the exceptions its reader raises on damaged data (verify reports them)
     WRITER          its Writer subclass: WRITER(folder, setup, max_part_bytes, max_part_count)
     """
@@ -51,6 +53,7 @@ class Format(Protocol):
     SHAPES: tuple[str, ...]
     PACK_OPTIONS: frozenset[str]
     SAMPLE_DIGESTS: bool
+    PART_KEYS: tuple[tuple[str, ...], ...]
     READ_ERRORS: tuple[type[BaseException], ...]
     WRITER: type[Writer]
 

@@ -45,6 +45,7 @@ PART = "part"
 SHAPES = (RECORDS, COLUMNS, SAMPLES)
 PACK_OPTIONS = frozenset()
 SAMPLE_DIGESTS = True
+PART_KEYS = (("samples_sha256", "columns_crc32", "records_crc32"),)
 WRITER = Hdf5Writer
 _RUN = 1024  # samples read at a time by read_part
 part_limits = block_limits

@@ -70,6 +70,7 @@ INDEX_SUFFIX = ".tfindex"
 _REBUILD = ("pack again, or rebuild the index from the part with the tfrecord package's "
             "`tfrecord2idx PART INDEX`")
 SAMPLE_DIGESTS = False  # each part's sha256 covers its samples, each record has its CRCs
+PART_KEYS = (("name",), ("sha256",))
 encode = encode_record
 publish = publish_folder
 layout_text = no_layout_text

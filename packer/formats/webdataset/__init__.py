@@ -38,6 +38,7 @@ PART = "shard"
 SHAPES = (SAMPLES,)
 PACK_OPTIONS = frozenset({"shard_size", "max_count"})
 SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
+PART_KEYS = (("name",), ("sha256",))
 READ_ERRORS = (*protocol.READ_ERRORS, tarfile.TarError)
 SHARD_NAME = "shard-{:06d}.tar"
 publish = publish_folder
