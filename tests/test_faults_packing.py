@@ -70,9 +70,9 @@ def test_workers_die_with_the_main_process(tmp_path):
     source = image_tree(tmp_path / "a", [f"c{i}" for i in range(4)], 500)
     proc = pack_process(source, tmp_path / "out", "--workers", "2", "--check", "decode")
     children = []
-    for _ in range(400):  # until the workers have set up and written a chunk
-        children = _children(proc.pid)
-        if len(children) >= 2 and any((tmp_path / "out.partial").glob("spool-*/*")):
+    for _ in range(600):  # until both workers are past their set-up, decoding
+        children = [pid for pid in _children(proc.pid) if _cpu_ticks(pid) >= 5]
+        if len(children) >= 2:
             break
         time.sleep(0.05)
     assert len(children) >= 2, "the pack started no workers"
@@ -94,6 +94,13 @@ def test_workers_die_with_the_main_process(tmp_path):
 def _children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11])
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0
 
 
 def _alive(pid: int) -> bool:
