@@ -233,3 +233,12 @@ def test_fuzzed_manifests_never_give_a_traceback(packed, data, tmp_path_factory)
         assert result.exit_code in (0, 1, 2), (command, result.output)
         if result.exit_code == 0 and command == "verify":
             assert "OK" in result.output
+
+
+def test_every_written_manifest_matches_the_schema_and_its_digest(packed):
+    from packer.manifest import DIGEST_KEY, _digest, _validator
+
+    for fmt in FORMAT_NAMES:
+        manifest = read_manifest(packed / fmt)
+        assert manifest[DIGEST_KEY] == _digest(manifest)  # so loading skips the schema
+        _validator().validate(manifest)

@@ -24,7 +24,7 @@ from packer import __version__
 from packer.errors import BadInputError, PackerError, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
-from packer.manifest import MANIFEST_NAME, is_packed, partial_path, write_json_atomic
+from packer.manifest import MANIFEST_NAME, is_packed, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions
 from packer.packing.parallel import ordered_map
@@ -307,6 +307,7 @@ def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
             raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
         source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
         manifest = _manifest(source, writer, tally, setup, options)
+        seal(manifest)
         writer.finish(manifest)
         (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
         write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
