@@ -164,6 +164,35 @@ class Writer:
         return 0
 
 
+class PartFiles:
+    """Read-only descriptors of part files (`self.paths[part]`), opened lazily in the
+    process that reads, once each: none crosses a fork or a pickle. `_opened(part, fd)`
+    may check a file when it is first opened."""
+
+    _fds: dict[int, int] = {}
+    _pid: int | None = None
+
+    def _fd(self, part: int) -> int:
+        if self._pid != os.getpid():
+            self._fds, self._pid = {}, os.getpid()
+        if part not in self._fds:
+            self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
+            self._opened(part, self._fds[part])
+        return self._fds[part]
+
+    def _opened(self, part: int, fd: int) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fds": {}, "_pid": None}
+
+
 class ProcessReader:
     """A reader of runs of samples (`read(part, start, count)`) through a handle (an
     open file or environment) opened lazily, once per process: a forked worker opens

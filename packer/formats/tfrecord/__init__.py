@@ -39,7 +39,7 @@ import numpy as np
 
 from packer.errors import DatasetError
 from packer.formats import protocol
-from packer.formats.base import Writer
+from packer.formats.base import PartFiles, Writer
 from packer.formats.protocol import (
     no_file_manifest,
     no_layout_text,
@@ -164,7 +164,7 @@ def load_index(path: Path, count: int) -> np.ndarray:
     return np.append(starts, ends[-1] if count else 0)
 
 
-class Reader:
+class Reader(PartFiles):
     """Runs of samples by index from local parts. The indexes are loaded when the
     reader is made (they travel with it to workers); files are opened lazily in the
     process that reads, so no file handle crosses a fork."""
@@ -176,19 +176,12 @@ class Reader:
                         for p in parts}
         self.shapes = {name: tuple(spec["shape"]) for name, spec in manifest["fields"].items()
                        if spec.get("dtype") == "float32" and "shape" in spec}
-        self._fds: dict[int, int] = {}
-        self._pid = None
 
-    def _fd(self, part: int) -> int:
-        if self._pid != os.getpid():
-            self._fds, self._pid = {}, os.getpid()
-        if part not in self._fds:
-            self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
-            size, end = os.fstat(self._fds[part]).st_size, int(self.offsets[part][-1])
-            if size > end:
-                raise TFRecordError(f"{self.paths[part]}: {size - end:,} bytes after the last "
-                                    f"record, which ends at byte offset {end:,}")
-        return self._fds[part]
+    def _opened(self, part: int, fd: int) -> None:
+        size, end = os.fstat(fd).st_size, int(self.offsets[part][-1])
+        if size > end:
+            raise TFRecordError(f"{self.paths[part]}: {size - end:,} bytes after the last "
+                                f"record, which ends at byte offset {end:,}")
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         return list(self.records(part, start, count))
@@ -251,14 +244,6 @@ class Reader:
         return array.reshape(shape) if shape is not None and array.size == int(
             np.prod(shape)) else array
 
-    def close(self) -> None:
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
-
-    def __getstate__(self):
-        return {**self.__dict__, "_fds": {}, "_pid": None}
 
 
 def reader(folder: Path, manifest: dict) -> Reader:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packer.errors import DatasetError
+from packer.formats.base import PartFiles
 from packer.sample import KEY, split_member
 
 _BLOCK = 512
@@ -137,28 +138,19 @@ def index_shard(path: str) -> ShardIndex:
                       np.array(offsets, np.int64), np.array(sizes, np.int64), fields)
 
 
-class Reader:
+class Reader(PartFiles):
     """Runs of samples from local shards. Each shard is indexed once (the indexes
     survive forks and pickling, for workers to share); files are opened lazily in
     the process that reads, so no file handle crosses a fork."""
 
     def __init__(self, paths: list[str], int_fields: set[str] = frozenset()):
         self.paths, self.int_fields = paths, int_fields
-        self._fds: dict[int, int] = {}
         self._indexes: dict[int, ShardIndex] = {}
-        self._pid = None
 
     def index(self, part: int) -> ShardIndex:
         if part not in self._indexes:
             self._indexes[part] = index_shard(self.paths[part])
         return self._indexes[part]
-
-    def _fd(self, part: int) -> int:
-        if self._pid != os.getpid():
-            self._fds, self._pid = {}, os.getpid()
-        if part not in self._fds:
-            self._fds[part] = os.open(self.paths[part], os.O_RDONLY)
-        return self._fds[part]
 
     def count(self, part: int) -> int:
         return self.index(part).count
@@ -198,12 +190,3 @@ class Reader:
                 yield from self.read(part, start, run)
         finally:
             self.close()
-
-    def close(self) -> None:
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-        self._fds = {}
-
-    def __getstate__(self):
-        return {**self.__dict__, "_fds": {}, "_pid": None}
