@@ -76,6 +76,26 @@ def test_a_killed_hdf5_pack_resumes_into_one_file(image_folder, tmp_path, monkey
     assert "OK" in run("verify", out, "--against", image_folder, "-q").output
 
 
+def test_a_resume_keeps_the_parts_of_a_file_whose_allocation_end_is_short(
+        image_folder, tmp_path, monkeypatch):
+    """A writer killed after its last flush can leave blocks (a grown heap of image
+    bytes) past the end of allocation its superblock records; HDF5 then refuses to
+    read rows of the parts before ("addr overflow"), and the resume started over."""
+    monkeypatch.setattr("packer.formats.protocol.BLOCK_COUNT", 3)
+    out = tmp_path / "killed.h5"
+    args = ["pack", str(image_folder), "--to", "hdf5", "-o", str(out)]
+    subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args, "-q"])
+    data = tmp_path / "killed.h5.partial" / "data.h5"
+    with open(data, "r+b") as file:  # the superblock's end-of-allocation address
+        file.seek(40)
+        file.write((data.stat().st_size // 2).to_bytes(8, "little"))
+    resumed = run(*args, "--resume")
+    assert "from the start" not in resumed.output
+    reference = tmp_path / "reference.h5"
+    run("pack", image_folder, "--to", "hdf5", "-o", reference, "-q")
+    assert list(packer.iter_samples(out)) == list(packer.iter_samples(reference))
+
+
 def test_a_file_that_is_no_dataset_is_refused(tmp_path):
     plain = tmp_path / "plain.h5"
     with h5py.File(plain, "w") as file:

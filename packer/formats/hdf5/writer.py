@@ -215,6 +215,7 @@ class Hdf5Writer(Writer):
         if self.records or not self.interrupted.exists():
             return
         try:
+            _extend_allocation(self.interrupted)
             with h5py.File(self.interrupted, "r") as interrupted:
                 for name in self.columns:
                     self._copy_rows(interrupted[self.names[name]], self._dataset(name), count)
@@ -247,3 +248,25 @@ class Hdf5Writer(Writer):
             os.close(self._fd)
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
         self.file.close()
+
+
+def _extend_allocation(path: Path) -> None:
+    """Set the end of allocation an interrupted file's superblock records to the file's
+    size, as `h5clear --increment` does. A killed writer leaves blocks allocated after
+    its last flush (a grown heap of variable-length rows) past the recorded end, and
+    HDF5 then refuses to read them ("actual len exceeds EOA"), though the rows of every
+    flushed part are there. Superblocks of version 0 and 1 (what h5py writes by
+    default) keep the address unchecksummed at a fixed place."""
+    with open(path, "r+b") as file:
+        head = file.read(_EOA_AT[1] + 8)
+        version = head[8] if head[:8] == b"\x89HDF\r\n\x1a\n" else None
+        if version not in _EOA_AT or head[13] != 8:
+            return
+        at = _EOA_AT[version]
+        size = os.fstat(file.fileno()).st_size
+        if int.from_bytes(head[at:at + 8], "little") < size:
+            file.seek(at)
+            file.write(size.to_bytes(8, "little"))
+
+
+_EOA_AT = {0: 40, 1: 44}  # superblock version -> offset of the end-of-allocation address
