@@ -158,6 +158,11 @@ class Writer:
     def _begin_part(self, part: dict) -> None:
         pass
 
+    def reserve(self, nbytes: int) -> None:
+        """Claim disk space for the next `nbytes` to be written, before writing them: a
+        writer whose library cannot fail cleanly on a full disk mid-write claims it for
+        real (an OSError when there is no room)."""
+
     def pending_bytes(self) -> int:
         """Disk space the open part will still take when it is closed (a writer that
         keeps a part in memory until then says how much)."""

@@ -172,12 +172,18 @@ def _progress_bar(options: PackOptions, **settings):
     return tqdm(**settings)
 
 
+def _make_room(writer, need: int) -> None:
+    """Room for the next `need` bytes checked, and claimed where the writer must."""
+    check_room(writer.folder, need)
+    writer.reserve(need)
+
+
 def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
                   options: PackOptions) -> None:
     """Column blocks straight into the writer: no per-sample step, one part per block."""
     def parts():
         for columns, crc32 in source.blocks(tally.next_input):
-            check_room(writer.folder, sum(column.nbytes for column in columns.values()))
+            _make_room(writer, sum(column.nbytes for column in columns.values()))
             rows = writer.add_block(columns, crc32)
             tally.add_block(columns)
             yield rows
@@ -198,7 +204,7 @@ def _write_records(source, read_job, writer, tally: Tally, setup: dict,
     def parts():
         while tally.next_input < source.count:
             count = min(part_size, source.count - tally.next_input)
-            check_room(writer.folder, count * stride * source.record_dtype.itemsize)
+            _make_room(writer, count * stride * source.record_dtype.itemsize)
             tally.add_rows(count, sample_bytes, writer.add_records(source, count))
             yield count
 
@@ -236,7 +242,7 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
     for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
         if chunk.skipped and options.on_error == "fail":
             _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
-        check_room(writer.folder, len(chunk.blob) + writer.pending_bytes())
+        _make_room(writer, len(chunk.blob) + writer.pending_bytes())
         stored = 0
         while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
             next_input = index + chunk.good_positions()[stored]

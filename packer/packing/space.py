@@ -1,7 +1,7 @@
 """A full disk while packing: one message, nothing published, the work kept for
-`--resume`. Room is checked before each chunk or part is written, since HDF5 does
-not survive running out of space mid-write (it can crash the process later); a
-disk that fills between the check and the write is recognised by its error."""
+`--resume`. Room is checked before each chunk or part is written; a disk that fills
+between the check and the write is recognised by its error, except by HDF5, which
+crashes the process then, so its writer claims the blocks before writing."""
 
 import errno
 import shutil

@@ -6,6 +6,8 @@ and allocated when created, so each part's records are copied to their place in 
 file by the kernel (`add_records`), not through HDF5.
 """
 
+import ctypes
+import errno
 import io
 import json
 import os
@@ -201,6 +203,14 @@ class Hdf5Writer(Writer):
         self.count += rows
         return rows
 
+    def reserve(self, nbytes: int) -> None:
+        """Allocate the disk blocks the next writes will take, past the file's end
+        without changing its size: HDF5 crashes the process when the disk fills
+        while it writes variable-length rows, so it must never meet a full disk.
+        The rows take about their size; metadata and heap headers a little more."""
+        _claim_space(self.file.filename, os.path.getsize(self.file.filename),
+                     nbytes + nbytes // 4 + (1 << 20))
+
     def _seal_part(self, part: dict) -> None:
         self._flush_buffer()
         self.file.flush()
@@ -247,7 +257,30 @@ class Hdf5Writer(Writer):
         if self.records:
             os.close(self._fd)
         self.file.attrs["packer_manifest"] = json.dumps(manifest)
+        path = self.file.filename
         self.file.close()
+        os.truncate(path, os.path.getsize(path))  # frees blocks claimed past the end
+
+
+_KEEP_SIZE = 1  # FALLOC_FL_KEEP_SIZE
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+
+
+def _claim_space(path: str, offset: int, length: int) -> None:
+    """fallocate(2) with FALLOC_FL_KEEP_SIZE: blocks allocated, size unchanged. Where
+    the system or the file system cannot, nothing is claimed (the room check before
+    each part is what holds there)."""
+    claim = getattr(_LIBC, "fallocate", None)
+    if claim is None:
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if claim(fd, _KEEP_SIZE, ctypes.c_int64(offset), ctypes.c_int64(length)) != 0:
+            code = ctypes.get_errno()
+            if code not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise OSError(code, os.strerror(code), path)
+    finally:
+        os.close(fd)
 
 
 def _extend_allocation(path: Path) -> None:
