@@ -212,3 +212,32 @@ def test_a_huge_sparse_file_named_jpg_is_skipped_without_being_read(tmp_path):
     skipped = packer.load_manifest(out)["skipped"]
     assert skipped == [{"path": "x/huge.jpg", "reason": "not a JPEG: starts with 00 00 00 00 "
                         "00 00 00 00, expected FF D8 FF"}]
+
+
+CUT_WHILE_CHECKSUMMED = """
+import os, sys
+import packer.binary.dump as dump
+checksum = dump.crc32
+def cut_then_checksum(data, crc=0):
+    os.truncate(sys.argv[2], 64 + 36 * 1000)  # the dump cut while its records are read
+    return checksum(data, crc)
+dump.crc32 = cut_then_checksum
+from packer.cli import main
+main()
+"""
+
+
+def test_a_dump_cut_while_it_is_packed_is_one_message(tmp_path):
+    """The records' checksum read the dump through a memory map: cutting the file
+    under it killed the process with SIGBUS."""
+    dump = tmp_path / "imu.bin"
+    records = 300_000  # 11 MB: several reads
+    header = b"IMU1" + records.to_bytes(4, "little") + (200).to_bytes(4, "little")
+    dump.write_bytes(header.ljust(64, b"\0") + bytes(36 * records))
+    out = tmp_path / "imu.h5"
+    done = subprocess.run([sys.executable, "-c", CUT_WHILE_CHECKSUMMED, "pack", str(dump),
+                           "--spec", "imu", "--to", "hdf5", "-o", str(out), "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert f"{dump}: the file shrank while it was read" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()

@@ -10,11 +10,9 @@ copies a range of records into another file without reading them into Python.
 """
 
 import errno
-import mmap
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from packer.binary.spec import Spec
 from packer.errors import PackerError, UsageProblem
 
 CHUNK_BYTES = 16 * 2**20  # bytes of records read per step when scanning a whole dump
+_READ_BYTES = 4 << 20  # bytes per read when checksumming or copying a range
 
 
 class DumpError(PackerError):
@@ -74,6 +73,8 @@ class Dump:
             return np.empty(0, dtype.newbyteorder("=") if native else dtype)
         offset = self.data_offset + start * dtype.itemsize
         raw = np.fromfile(self.path, dtype=np.uint8, count=count * dtype.itemsize, offset=offset)
+        if raw.size != count * dtype.itemsize:
+            raise _shrank(self.path)
         records = raw.view(dtype)
         if not native or dtype.isnative:
             return records
@@ -89,8 +90,9 @@ class Dump:
 
         A dump in native order is copied by the kernel (`copy_file_range`, as `cp`
         does: the bytes never pass through Python) while a second thread checksums the
-        same range through a memory map. A dump in the other order is read, swapped
-        and written."""
+        same range, read in pieces (not through a memory map, whose pages fault the
+        process with SIGBUS if the dump is cut meanwhile). A dump in the other order
+        is read, swapped and written."""
         if not self.spec.record_dtype.isnative:
             raw = self.records(start, stop - start).view(np.uint8)
             _write_at(fd, memoryview(raw), offset)
@@ -123,7 +125,7 @@ class Dump:
 def _copy_range(source: int, target: int, begin: int, offset: int, length: int,
                 path: Path) -> None:
     """`length` bytes from `begin` in `source` to `offset` in `target`: copied in the
-    kernel, or through a memory map where the file systems cannot do that."""
+    kernel, or read and written where the file systems cannot do that."""
     try:
         while length:
             copied = os.copy_file_range(source, target, length, begin, offset)
@@ -133,8 +135,9 @@ def _copy_range(source: int, target: int, begin: int, offset: int, length: int,
     except OSError as err:
         if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
             raise
-        with _mapped(source, begin, length, path) as data:
-            _write_at(target, data, offset)
+        for piece in _pieces(source, begin, length, path):
+            _write_at(target, piece, offset)
+            offset += len(piece)
 
 
 def _write_at(fd: int, data: memoryview, offset: int) -> None:
@@ -144,20 +147,22 @@ def _write_at(fd: int, data: memoryview, offset: int) -> None:
 
 
 def _crc32_of_range(fd: int, begin: int, length: int, path: Path) -> int:
-    with _mapped(fd, begin, length, path) as data:
-        return crc32(data)
+    crc = 0
+    for piece in _pieces(fd, begin, length, path):
+        crc = crc32(piece, crc)
+    return crc
 
 
-@contextmanager
-def _mapped(fd: int, begin: int, length: int, path: Path) -> Iterator[memoryview]:
-    """`length` bytes at `begin` of a file, through a memory map closed on exit."""
-    base = begin - begin % mmap.ALLOCATIONGRANULARITY
-    try:
-        mapped = mmap.mmap(fd, begin + length - base, offset=base, access=mmap.ACCESS_READ)
-    except ValueError:
-        raise _shrank(path) from None
-    with mapped, memoryview(mapped) as whole, whole[begin - base:][:length] as view:
-        yield view
+def _pieces(fd: int, begin: int, length: int, path: Path) -> Iterator[memoryview]:
+    """`length` bytes at `begin` of a file, read a few MB at a time into one buffer
+    (each piece is valid until the next is read); a file cut short is a DumpError."""
+    buffer = memoryview(bytearray(min(length, _READ_BYTES)))
+    while length:
+        got = os.preadv(fd, [buffer[:min(length, len(buffer))]], begin)
+        if not got:
+            raise _shrank(path)
+        yield buffer[:got]
+        begin, length = begin + got, length - got
 
 
 def _shrank(path: Path) -> PackerError:
