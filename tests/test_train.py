@@ -184,3 +184,22 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
         train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
               *COMMON)
     assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1
+
+
+@pytest.mark.parametrize("damage", ["cut", "zeros", "foreign"])
+def test_a_damaged_last_checkpoint_is_one_message_on_resume(colours, tmp_path, damage):
+    out = tmp_path / "run"
+    train("fit", colours / "wds", "--out", out, "--epochs", "1", *COMMON)
+    last = out / "last.pt"
+    if damage == "cut":
+        last.write_bytes(last.read_bytes()[:len(last.read_bytes()) // 2])
+    elif damage == "zeros":
+        last.write_bytes(bytes(last.stat().st_size))
+    else:
+        torch.save({"weights": torch.zeros(3)}, last)
+    result = CliRunner().invoke(cli, ["fit", str(colours / "wds"), "--out", str(out),
+                                      "--epochs", "2", "--resume", *COMMON])
+    assert result.exit_code == 1, result.output
+    assert f"{last}: " in result.output and "without --resume" in result.output
+    assert "Traceback" not in result.output and "Aborted" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

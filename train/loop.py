@@ -95,12 +95,17 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     return config, data
 
 
+RESUME_INSTEAD = ("run without --resume to start over (with another --out to keep this run's "
+                  "files), or put back a copy of last.pt")
+
+
 def _take_saved_choices(config: TrainConfig) -> None:
     """--resume: the values chosen for the first run's auto fields (no second range test)."""
     path = Path(config.out) / "last.pt"
     if not path.exists():
         raise PackerError(f"--resume: no checkpoint in {config.out} (last.pt)")
-    saved = checkpoint.load(path, torch.device("cpu"))["config"]
+    saved = checkpoint.load(path, torch.device("cpu"), checkpoint.RESUME_KEYS,
+                            RESUME_INSTEAD)["config"]
     for name in CHOSEN:
         if getattr(config, name) in (None, "auto"):
             setattr(config, name, saved[name])
@@ -205,7 +210,8 @@ def _state(run: Run, epoch: int, best: list | None, best_epoch: int, stale: int)
 
 
 def _restore(run: Run) -> tuple[int, list | None, int, int]:
-    state = checkpoint.load(run.out / "last.pt", run.device)
+    state = checkpoint.load(run.out / "last.pt", run.device, checkpoint.RESUME_KEYS,
+                            RESUME_INSTEAD)
     model = run.model.module if run.world > 1 else run.model
     model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])

@@ -2,11 +2,13 @@
 
 import difflib
 import math
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from packer.errors import PackerError
+from train import checkpoint
 
 
 def norm_layer(kind: str, channels: int, dims: int = 2) -> nn.Module:
@@ -156,8 +158,10 @@ def freeze_backbone(model: nn.Module) -> None:
 
 def load_weights(model: nn.Module, path: str, freeze: bool) -> None:
     """Start from a checkpoint's weights (the head is kept if it fits)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = state.get("model", state)
+    state = checkpoint.load(Path(path), torch.device("cpu"),
+                            instead="give --weights a checkpoint train wrote (best.pt or "
+                                    "last.pt) or a state_dict saved with torch.save")
+    state = state.get("model", state) if isinstance(state, dict) else state
     own = model.state_dict()
     fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(fitting, strict=False)
