@@ -161,6 +161,44 @@ def test_a_missing_data_mdb_is_named(packed, tmp_path):
     assert_clean_failure(cli_run("verify", dataset, "-q"), "data.mdb: missing")
 
 
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_a_deleted_part_file_is_named_by_every_command(packed, fmt, tmp_path):
+    dataset = copy_of(packed, fmt, tmp_path)
+    part = dataset / read_manifest(dataset)["parts"][0]["name"]
+    part.unlink()
+    for command in (["verify", dataset], ["unpack", dataset, "-o", tmp_path / "out"],
+                    ["bench", dataset]):
+        assert_clean_failure(cli_run(*command, "-q"), f"{part}: missing")
+    with pytest.raises(DatasetError, match="missing"):
+        packer.open_dataset(dataset)
+    trained = subprocess.run([sys.executable, "-m", "train", "fit", str(dataset), "--out",
+                              str(tmp_path / "run")], capture_output=True, text=True)
+    assert_clean_failure(trained, f"{part}: missing")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only file system (root can mount one; elsewhere the test is skipped)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_an_output_on_a_read_only_file_system_is_one_message(packed, read_only_folder):
+    for command in (["pack", packed / "images", "-o", read_only_folder / "x"],
+                    ["unpack", packed / "webdataset", "-o", read_only_folder / "x"]):
+        assert_clean_failure(cli_run(*command, "-q"), str(read_only_folder / "x"),
+                             "Read-only file system")
+    trained = subprocess.run([sys.executable, "-m", "train", "fit", str(packed / "webdataset"),
+                              "--out", str(read_only_folder / "run"), "--epochs", "1"],
+                             capture_output=True, text=True)
+    assert_clean_failure(trained, f"{read_only_folder / 'run'}: Read-only file system")
+
+
 DAMAGED_MANIFESTS = {
     "no parts": lambda m: m.pop("parts"),
     "no format": lambda m: m.pop("format"),

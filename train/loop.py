@@ -1,8 +1,10 @@
 """`train fit`: defaults from the data, then per epoch a training pass, validation, a
 checkpoint; at the end the best epoch's summary and plots."""
 
+import errno
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -68,6 +70,7 @@ class Data:
 def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     """The run's config with every auto field chosen, and its data."""
     config = replace(config)
+    _writable_out(Path(config.out))
     if config.resume:
         _take_saved_choices(config)
     info = describe(config)
@@ -93,6 +96,15 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     if config.lr is None:
         _choose_lr(config, data)
     return config, data
+
+
+def _writable_out(out: Path) -> None:
+    """--out checked first (without making it, so a refused run leaves nothing): before
+    the data is read and the learning rate chosen, not at the first checkpoint."""
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
+        raise PermissionError(code, os.strerror(code), str(out))
 
 
 RESUME_INSTEAD = ("run without --resume to start over (with another --out to keep this run's "

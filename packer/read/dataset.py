@@ -16,7 +16,19 @@ from packer.sample import sample_digest
 def open_packed(path: Path) -> tuple[dict, object]:
     """The manifest and the format module of a packed dataset."""
     manifest = load_manifest(path)
-    return manifest, format_module(manifest["format"])
+    module = format_module(manifest["format"])
+    check_files(Path(path), manifest, module)
+    return manifest, module
+
+
+def check_files(path: Path, manifest: dict, module) -> None:
+    """A DatasetError naming the first data file of the manifest's that is not there
+    (a deleted shard), before any command reads a sample."""
+    missing = [file for file in module.data_files(path, manifest) if not file.exists()]
+    if missing:
+        others = f" (and {len(missing) - 1:,} more of its files)" if len(missing) > 1 else ""
+        raise DatasetError(f"{missing[0]}: missing; the {manifest['format']} dataset {path} "
+                           f"lists it{others}. Restore it, or pack the source again")
 
 
 def iter_samples(path: Path) -> Iterator[dict]:
@@ -57,7 +69,9 @@ class PackedParts:
         self.path, self.manifest, self.urls = path, manifest, urls
         self._shards = None  # the index of shards made by other tools, when local
         if manifest is not None:
-            self._reader = format_module(manifest["format"]).reader(Path(path), manifest)
+            module = format_module(manifest["format"])
+            check_files(Path(path), manifest, module)
+            self._reader = module.reader(Path(path), manifest)
             self.part_counts = [p["count"] for p in manifest["parts"]]
             self.classes = manifest.get("classes")
             self.seekable = True
