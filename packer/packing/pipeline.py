@@ -34,6 +34,7 @@ from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
 from packer.sources.files.scan import read_file
+from packer.text import without_addresses
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
@@ -267,7 +268,10 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
         "key_dataset": setup["key_dataset"],
         **({"records": setup["records"]} if setup["records"] else {}),
         "options": options.recorded(),
-        "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
+        "skipped": sorted(({**entry, "reason": without_addresses(entry["reason"])}
+                           for entry in source.scan_skipped + tally.skipped),
+                          key=lambda e: e["path"]),
+        "warnings": sorted(tally.warnings, key=lambda e: e["path"]),
         "ignored": [],
         **source.describe(options),
     }

@@ -24,7 +24,7 @@ from pathlib import Path
 from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.base import Source
-from packer.sources.files.checks import check_file, check_head
+from packer.sources.files.checks import check_head, check_input
 from packer.sources.files.labels import label_ids, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
@@ -310,18 +310,19 @@ def _count(scan: Scan, listing: list, digest) -> None:
 HEAD_BYTES = 1 << 20  # a file larger than this is read whole only once its start passes
 
 
-def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None]:
-    """An input file's bytes and the reason to skip it (None for a good file). A big
-    file whose first bytes already say it is not what its name says is not read."""
+def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None, list[str]]:
+    """An input file's bytes, the reason to skip it (None for a good file) and the
+    warnings its check gave. A big file whose first bytes already say it is not what
+    its name says is not read."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         if size > HEAD_BYTES and (reason := check_head(field, os.pread(fd, 64, 0), check)):
-            return b"", reason
+            return b"", reason, []
         data = _read_all(fd, size)
     finally:
         os.close(fd)
-    return data, check_file(field, data, check)
+    return data, *check_input(field, data, check)
 
 
 def read_file(path: str) -> bytes:
@@ -342,23 +343,26 @@ def _read_all(fd: int, size: int) -> bytes:
 
 
 def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list]:
-    """The sample (key, files, label) read into a dict, or None and the skip entries of
-    its files."""
+    """The sample (key, files, label) read into a dict and the warnings of its files
+    ({"path", "warnings"} entries), or None and the skip entries of its files."""
     key, files, label = source
     sample: dict = {"__key__": key}
+    warned = []
     for field_name, rel_path in files:
         try:
-            data, reason = read_input(f"{root}/{rel_path}", field_name, check)
+            data, reason, warnings = read_input(f"{root}/{rel_path}", field_name, check)
         except OSError as err:
-            reason = f"cannot read: {err.strerror}"
+            reason, warnings = f"cannot read: {err.strerror}", []
         if reason:
             others = [{"path": p, "reason": f"belongs to the sample of {rel_path}, which "
                        "was skipped"} for _, p in files if p != rel_path]
             return None, [{"path": rel_path, "reason": reason}, *others]
+        if warnings:
+            warned.append({"path": rel_path, "warnings": warnings})
         sample[field_name] = data
     if label is not None:
         sample["cls"] = label
-    return sample, []
+    return sample, warned
 
 
 def read_job(job: tuple[str, str, list[SampleFiles]]) -> list[tuple[dict | None, list]]:
