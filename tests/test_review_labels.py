@@ -96,7 +96,7 @@ def test_shared_stems_list_only_packed_ones(tmp_path):
     (root / "trunc.jpg").write_bytes(image_bytes(3)[:100])
     (root / "trunc.png").write_bytes(b"")
     result = run("pack", root, "-o", tmp_path / "o", "-q")
-    assert "1 stems are shared by several files" in result.output
+    assert "1 stem is shared by several files" in result.output
     assert "joins them): dup\n" in result.output + "\n"
 
 

@@ -9,6 +9,7 @@ import click
 
 from packer.cli.options import emit_json, json_option, quiet_option, show_progress
 from packer.cli.report import empty_classes, inspect_text, labels_text, verify_text
+from packer.text import plural
 
 
 @click.command()
@@ -86,5 +87,6 @@ def unpack(dataset, out, overwrite, as_json, quiet):
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"unpacked {result['samples']:,} samples: {result['files']:,} files, "
+        click.echo(f"unpacked {plural(result['samples'], 'sample')}: "
+                   f"{plural(result['files'], 'file')}, "
                    f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")
