@@ -56,7 +56,8 @@ def labels_text(manifest: dict) -> str:
 
 def _labels_file_notes(read: dict, classes: list[str]) -> str:
     """How a labels file was read, where a reader would want to check it."""
-    notes = []
+    notes = ["found at the top of the folder, so not packed (--unlabelled packs it as a "
+             "file)"] if read.get("found_in_source") else []
     if read.get("ids") == "numeric order":
         shown = ", ".join(f"{name} is {i}" for i, name in enumerate(classes[:4]))
         notes.append(f"a label is negative, so class ids are the labels' ranks in numeric "
@@ -65,7 +66,7 @@ def _labels_file_notes(read: dict, classes: list[str]) -> str:
         notes.append("its first row was taken as a header: " + ",".join(read["header"]))
     if read.get("encoding") not in (None, "utf-8", "utf-8-sig"):
         notes.append(f"read as {read['encoding']}; if the class names look wrong, pass "
-                     "--encoding")
+                     + ("--labels with " if read.get("found_in_source") else "") + "--encoding")
     return "".join(f"; {note}" for note in notes)
 
 

@@ -1,7 +1,8 @@
 """The `files` source: a folder of files, one sample per file (or per stem group).
 
 Layouts, picked in this order:
-- `--labels FILE`: a CSV of `filename,label` rows; string labels become class ids.
+- `--labels FILE`, or a `labels.csv` at the top of the folder: a CSV of
+  `filename,label` rows; string labels become class ids.
 - ImageFolder: the folder holds only sub-folders; each top folder is a class, ids
   in sorted-name order.
 - otherwise (or `--unlabelled`): no labels.
@@ -25,7 +26,7 @@ from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.base import Source
 from packer.sources.files.checks import check_head, check_input
-from packer.sources.files.labels import label_ids, read_labels_file
+from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
@@ -271,12 +272,15 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     if not root.is_dir():
         raise PackerError(f"{root}: not a folder")
     scan = Scan(root, group_by_stem, follow_symlinks)
+    in_folder = labels is None and not unlabelled and labels_in_folder(root)
+    if in_folder:
+        labels = in_folder
     if labels is not None:
-        found = read_labels_file(labels, root, labels_encoding)
+        found = _read_labels(labels, root, labels_encoding, bool(in_folder))
         scan.classes, scan.labels, numbering = label_ids(found.labels)
         scan.label_source, scan.labels_file = "labels-file", str(labels)
         scan.labels_read = {"encoding": found.encoding, "header": found.header,
-                            "ids": numbering}
+                            "ids": numbering, "found_in_source": bool(in_folder)}
         if labels.resolve().is_relative_to(root.resolve()):
             scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
     elif not unlabelled:
@@ -297,6 +301,17 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     if scan.labels is not None:
         scan.unmatched_labels = sorted(set(scan.labels) - scan.notes.labelled)
     return scan
+
+
+def _read_labels(path: Path, root: Path, encoding: str | None, in_folder: bool):
+    try:
+        return read_labels_file(path, root, encoding)
+    except PackerError as err:
+        if not in_folder:
+            raise
+        raise PackerError(f"{err} ({path.name} at the top of the folder is taken for its "
+                          "labels file; pass --labels to name another, or --unlabelled to "
+                          "pack it as a file)") from None
 
 
 def _count(scan: Scan, listing: list, digest) -> None:
