@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from packer.cli.options import emit_json, json_option, quiet_option, show_progress
-from packer.cli.report import empty_classes, inspect_text, labels_text, verify_text
+from packer.cli.report import (
+    empty_classes,
+    inspect_text,
+    labels_text,
+    shards_text,
+    verify_text,
+)
 from packer.text import plural
 
 
@@ -18,13 +24,25 @@ from packer.text import plural
 def inspect(dataset, as_json):
     """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
 
+    DATASET may also be WebDataset shards that other tools wrote (a folder of .tar or
+    .tar.gz files, one shard, or a glob or brace pattern): their samples and fields.
+
     \b
     Example:
       packer inspect ./images-wds
       packer inspect ./images-wds --json | jq .classes
+      packer inspect './downloaded/shard-{000000..000009}.tar'
     """
     from packer.manifest import class_counts, load_manifest
+    from packer.read.dataset import describe_shards, plain_shards
 
+    if plain_shards(dataset):
+        shards = describe_shards(dataset)
+        if as_json:
+            emit_json(shards)
+        else:
+            click.echo(shards_text(shards))
+        return
     manifest = load_manifest(dataset)
     if as_json:
         emit_json({"path": str(dataset), "format": manifest["format"],

@@ -165,6 +165,23 @@ def inspect_text(manifest: dict, path: Path) -> str:
     return "\n".join(lines)
 
 
+def shards_text(shards: dict) -> str:
+    """`packer inspect` of WebDataset shards that packer did not pack."""
+    parts = shards["parts"]
+    lines = [f"{shards['path']}: WebDataset shards without a packer manifest, "
+             f"{plural(shards['count'], 'sample')} in {plural(len(parts), 'shard')}", "fields:"]
+    lines += [f"  {name:<10} {plural(info['count'], 'sample')}, {_mb(info['bytes'])}"
+              for name, info in shards["fields"].items()]
+    lines.append("shards:")
+    for part in parts[:LIST_LIMIT]:
+        size = "" if part["bytes"] is None else f", {_mb(part['bytes'])}"
+        how = " (compressed or remote: streamed, not indexed)" if part["streamed"] else ""
+        lines.append(f"  {part['name']}: {plural(part['count'], 'sample')}{size}{how}")
+    if len(parts) > LIST_LIMIT:
+        lines.append(f"  ... and {len(parts) - LIST_LIMIT} more")
+    return "\n".join(lines)
+
+
 def _ignored_text(manifest: dict) -> str:
     """`3 hidden or OS junk files`, `the labels file`, or both joined by `and`."""
     labels = sum(e["reason"] == "the labels file" for e in manifest["ignored"])
