@@ -128,15 +128,17 @@ def decoder_messages(messages: list[str]):
     raise): Python warnings (not Pillow's deprecations, which are of no file), and what
     C libraries (libtiff) write to the process's stderr, which names no file.
     Meanwhile this process's stderr goes to a spool file."""
-    saved, spool = _stderr_spool()
+    spool = _spool()
     sys.stderr.flush()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        saved = os.dup(2)  # anew each time: whoever owns stderr may have replaced it
         os.dup2(spool, 2)
         try:
             yield
         finally:
             os.dup2(saved, 2)
+            os.close(saved)
             messages += [str(warning.message) for warning in caught
                          if not issubclass(warning.category, DeprecationWarning)]
             messages += _spooled(spool)
@@ -153,15 +155,14 @@ def _spooled(spool: int) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-_SPOOLS: dict[int, tuple[int, int]] = {}  # process id -> (the real stderr, the spool)
+_SPOOLS: dict[int, int] = {}  # process id -> the file descriptor of its spool file
 
 
-def _stderr_spool() -> tuple[int, int]:
-    """This process's saved stderr and its spool file (a forked worker makes its own)."""
+def _spool() -> int:
+    """This process's spool file for stderr (a forked worker makes its own)."""
     if os.getpid() not in _SPOOLS:
-        file = tempfile.TemporaryFile()  # noqa: SIM115 (kept open for the process)
-        _SPOOLS[os.getpid()] = os.dup(2), os.dup(file.fileno())
-        file.close()
+        with tempfile.TemporaryFile() as file:  # the duplicate outlives it, unnamed
+            _SPOOLS[os.getpid()] = os.dup(file.fileno())
     return _SPOOLS[os.getpid()]
 
 
