@@ -105,6 +105,8 @@ def test_decoder_warnings_are_listed_per_file_and_kept_off_stderr(workers, tmp_p
     assert "ZIPDecode" in skipped["reason"]  # libtiff's own words, with the file they are of
     assert "ZIPDecode" not in stderr and "Truncated File Read" not in stderr
     assert "decoder warnings for 1 packed input:\n  tag.tif: Truncated File Read" in result.output
+    assert "decoder warnings: 1\n  tag.tif: Truncated File Read" in run("inspect",
+                                                                       tmp_path / "o").output
     assert json.loads(run("pack", folder, "-o", tmp_path / "j", "--check", "decode", "-q",
                           "--json").output)["warned"] == 1
 

@@ -128,6 +128,9 @@ def test_a_tar_that_is_not_one_and_a_cut_tgz_are_errors_naming_them(tmp_path):
     with pytest.raises(packer.errors.DatasetError, match=r"notes.tar: not a tar file: it "
                        r"starts with 74 68 65 73"):
         packer.open_dataset(tmp_path / "notes.tar")
+    (tmp_path / "h5.tar").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\xff" * 504)
+    with pytest.raises(packer.errors.DatasetError, match="h5.tar: not a tar file"):
+        packer.open_dataset(tmp_path / "h5.tar")
     whole = gzip.compress(bytes(10240))
     (tmp_path / "cut.tgz").write_bytes(whole[:len(whole) // 2])
     with pytest.raises(packer.errors.DatasetError, match="cut.tgz: cannot be read through"):

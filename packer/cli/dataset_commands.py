@@ -50,6 +50,7 @@ def inspect(dataset, as_json):
                     "classes": class_counts(manifest), "labels": labels_text(manifest),
                     "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
                     "source": manifest["source"], "skipped": manifest["skipped"],
+                    "warnings": manifest.get("warnings") or [],
                     "ignored": manifest["ignored"], "records": manifest.get("records")})
     else:
         click.echo(inspect_text(manifest, dataset))

@@ -108,8 +108,7 @@ def pack_text(manifest: dict, out: Path) -> str:
         lines.append("skipped 0 inputs")
     if s["warned"]:
         lines.append(f"decoder warnings for {plural(s['warned'], 'packed input')}:")
-        lines += _listing([{"path": e["path"], "reason": "; ".join(e["warnings"])}
-                           for e in s["warned_inputs"]], where)
+        lines += _listing(_warning_entries(manifest), where)
     if manifest["ignored"]:
         lines.append(f"ignored {_ignored_text(manifest)} (listed in {where})")
     links = manifest.get("symlinks") or {"count": 0}
@@ -160,6 +159,9 @@ def inspect_text(manifest: dict, path: Path) -> str:
         lines.append(f"  ... and {len(manifest['parts']) - LIST_LIMIT} more")
     lines.append(f"skipped: {len(manifest['skipped']):,}")
     lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
+    if manifest.get("warnings"):
+        lines.append(f"decoder warnings: {len(manifest['warnings']):,}")
+        lines += _listing(_warning_entries(manifest), str(path / MANIFEST_NAME))
     if manifest["ignored"]:
         lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)
@@ -180,6 +182,12 @@ def shards_text(shards: dict) -> str:
     if len(parts) > LIST_LIMIT:
         lines.append(f"  ... and {len(parts) - LIST_LIMIT} more")
     return "\n".join(lines)
+
+
+def _warning_entries(manifest: dict) -> list[dict]:
+    """The manifest's warnings as entries to list: a file and what was said of it."""
+    return [{"path": e["path"], "reason": "; ".join(e["warnings"])}
+            for e in manifest.get("warnings") or []]
 
 
 def _ignored_text(manifest: dict) -> str:

@@ -70,7 +70,7 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
     """`--labels` as given when that names a file (from the current folder), else the
     file of that name in SOURCE (beside SOURCE, when it is a file)."""
     if labels is None or Path(labels).is_file():
-        return labels
+        return labels and Path(labels)
     folder = Path(source) if Path(source).is_dir() else Path(source).parent
     if not Path(labels).is_absolute() and (folder / labels).is_file():
         return folder / labels

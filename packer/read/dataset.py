@@ -95,14 +95,17 @@ class PackedParts:
 
 def plain_shards(path) -> bool:
     """Whether `path` names WebDataset shards that packer did not pack (no manifest): a
-    folder of shards, a shard file, a brace or glob pattern, URLs, or a list."""
+    folder of shards, a file named as a shard (.tar, .tar.gz ...) or compressed, a brace
+    or glob pattern, URLs, or a list."""
     if isinstance(path, list | tuple) or shards.is_remote(str(path)) or any(
             c in str(path) for c in "{*?["):
         return True
     folder = Path(path)
     if is_packed(folder):
         return False
-    return folder.is_file() or folder.is_dir() and bool(shards.shard_files(folder))
+    if folder.is_file():  # named as a shard, or compressed (a shard in all likelihood)
+        return folder.name.endswith(shards.SHARD_SUFFIXES) or shards.must_stream(str(folder))
+    return folder.is_dir() and bool(shards.shard_files(folder))
 
 
 def open_parts(path) -> PackedParts:

@@ -73,8 +73,9 @@ def _tar_like(header: bytes) -> bool:
     its checksum, or has the ustar magic or an octal number in its checksum field."""
     if len(header) == _BLOCK and _checksum_ok(header) or header[257:262] == b"ustar":
         return True
+    field = bytes(header[148:156]).strip(b"\0 ")
     try:
-        return len(header) >= 156 and _number(header[148:156]) >= 0
+        return int(field, 8) > 0  # octal (never base-256), and never 0 in a tar
     except ValueError:
         return False
 

@@ -68,8 +68,10 @@ def _check_bmp(data: bytes) -> str | None:
     return None
 
 
-# Classic TIFF (42) and BigTIFF (43), in either byte order, as Pillow reads them.
-_TIFF_SIGNATURES = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+")
+# Classic TIFF (42) and BigTIFF (43), in either byte order, and the two classic ones
+# with the number in the other byte order, which Pillow reads too. Every signature
+# checked here is one Pillow accepts, so a file failing it cannot be decoded either.
+_TIFF_SIGNATURES = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+", b"MM*\0", b"II\0*")
 
 
 def _check_tiff(data: bytes) -> str | None:
@@ -200,8 +202,8 @@ def check_head(field: str, head: bytes, mode: str) -> str | None:
     """The reason to skip a big file that its first bytes already give (a wrong
     signature), so that it is never read whole; None when the rest must be read."""
     check = _CHEAP_CHECKS.get(field.lower())
-    if mode != "header" or check is None or field.lower() in ("json", "cls"):
-        return None  # with --check decode, the decode decides
+    if mode == "none" or check is None or field.lower() in ("json", "cls"):
+        return None
     reason = check(head)
     return reason if reason and reason.startswith("not a") else None  # end checks need it all
 
