@@ -94,3 +94,60 @@ def test_an_lmdb_the_user_holds_open_gets_a_clear_error(tmp_path):
     finally:
         env.close()
     assert next(iter(packer.open_dataset(tmp_path / "db")))["cls"] == 0
+
+
+def _compressed_copies(plain_shards, folder):
+    """The plain shards again, as .tar.gz, .tgz, .tar.bz2 and .tar.xz files."""
+    import bz2
+    import gzip
+    import lzma
+
+    folder.mkdir()
+    writers = [(".tar.gz", gzip.compress), (".tgz", gzip.compress),
+               (".tar.bz2", bz2.compress), (".tar.xz", lzma.compress)]
+    for number, shard in enumerate(sorted(plain_shards.glob("*.tar"))):
+        suffix, compress = writers[number % len(writers)]
+        (folder / f"c-{number}{suffix}").write_bytes(compress(shard.read_bytes()))
+    return folder
+
+
+def test_compressed_shards_are_streamed(plain_shards, tmp_path):
+    folder = _compressed_copies(plain_shards, tmp_path / "compressed")
+    ds = packer.open_dataset(folder, shuffle=True)
+    assert len(ds) == 40 and all_keys(ds) == EXPECTED
+    one = packer.open_dataset(folder / "c-0.tar.gz")
+    assert next(iter(one)) == {"__key__": "s000", "txt": "text 0", "cls": 0}
+
+
+def test_a_tar_that_is_not_one_and_a_cut_tgz_are_errors_naming_them(tmp_path):
+    import gzip
+
+    from conftest import run
+
+    (tmp_path / "notes.tar").write_text("these are notes, not a tar archive\n" * 20)
+    with pytest.raises(packer.errors.DatasetError, match=r"notes.tar: not a tar file: it "
+                       r"starts with 74 68 65 73"):
+        packer.open_dataset(tmp_path / "notes.tar")
+    (tmp_path / "h5.tar").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\xff" * 504)
+    with pytest.raises(packer.errors.DatasetError, match="h5.tar: not a tar file"):
+        packer.open_dataset(tmp_path / "h5.tar")
+    whole = gzip.compress(bytes(10240))
+    (tmp_path / "cut.tgz").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(packer.errors.DatasetError, match="cut.tgz: cannot be read through"):
+        packer.open_dataset(tmp_path / "cut.tgz")
+    out = run("inspect", tmp_path / "notes.tar", expect=1).output
+    assert "notes.tar: not a tar file" in out and "Traceback" not in out
+
+
+def test_inspect_shows_plain_shards(plain_shards, tmp_path):
+    import json
+
+    from conftest import run
+
+    text = run("inspect", plain_shards).output
+    assert "WebDataset shards without a packer manifest, 40 samples in 5 shards" in text
+    assert "f-000004.tar: 4 samples" in text
+    folder = _compressed_copies(plain_shards, tmp_path / "compressed")
+    shown = json.loads(run("inspect", str(folder / "c-*"), "--json").output)
+    assert shown["count"] == 40 and shown["fields"]["txt"]["count"] == 40
+    assert [part["streamed"] for part in shown["parts"]] == [True] * 5

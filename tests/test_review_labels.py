@@ -96,7 +96,7 @@ def test_shared_stems_list_only_packed_ones(tmp_path):
     (root / "trunc.jpg").write_bytes(image_bytes(3)[:100])
     (root / "trunc.png").write_bytes(b"")
     result = run("pack", root, "-o", tmp_path / "o", "-q")
-    assert "1 stems are shared by several files" in result.output
+    assert "1 stem is shared by several files" in result.output
     assert "joins them): dup\n" in result.output + "\n"
 
 
@@ -127,3 +127,39 @@ def test_integer_labels_with_a_negative_one_are_ranked_numerically(flat, tmp_pat
     labels.write_text("img0.jpg,0\nimg1.jpg,5\nimg2.jpg,10\nimg3.jpg,5\n")  # kept as ids
     run("pack", flat, "--labels", labels, "-o", tmp_path / "p", "-q")
     assert packer.load_manifest(tmp_path / "p")["classes"][10] == "10"
+
+
+def test_a_labels_csv_in_the_folder_is_found_used_and_said(flat, tmp_path):
+    (flat / "labels.csv").write_text("filename,label\nimg0.jpg,cat\nimg1.jpg,dog\n"
+                                     "img2.jpg,cat\nimg3.jpg,dog\n")
+    result = run("pack", flat, "-o", tmp_path / "o")
+    manifest = packer.load_manifest(tmp_path / "o")
+    assert manifest["count"] == 4 and "labels.csv" not in manifest["fields"]
+    assert classes_of(tmp_path / "o") == {"cat": 2, "dog": 2}
+    assert "labels: labels.csv (2 classes); found at the top of the folder" in result.output
+    assert {"path": "labels.csv", "reason": "the labels file"} in manifest["ignored"]
+    run("pack", flat, "-o", tmp_path / "u", "--unlabelled", "-q")
+    assert packer.load_manifest(tmp_path / "u")["count"] == 5  # the CSV is a file then
+
+
+def test_labels_paths_resolve_from_the_current_folder_then_from_source(flat, tmp_path,
+                                                                        monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (flat / "classes.csv").write_text("img0.jpg,a\nimg1.jpg,b\nimg2.jpg,a\nimg3.jpg,b\n")
+    run("pack", flat, "--labels", "classes.csv", "-o", tmp_path / "o", "-q")
+    assert classes_of(tmp_path / "o") == {"a": 2, "b": 2}
+    (elsewhere / "classes.csv").write_text("img0.jpg,x\nimg1.jpg,x\nimg2.jpg,x\nimg3.jpg,x\n")
+    run("pack", flat, "--labels", "classes.csv", "-o", tmp_path / "p", "-q")
+    assert classes_of(tmp_path / "p") == {"x": 4}  # the current folder's comes first
+    result = run("pack", flat, "--labels", "nope.csv", "-o", tmp_path / "q", expect=2)
+    assert f"--labels nope.csv: no such file in the current folder ({elsewhere}) or in {flat}" \
+        in result.output
+
+
+def test_a_labels_csv_in_the_folder_that_cannot_be_read_says_what_to_do(flat, tmp_path):
+    (flat / "labels.csv").write_text("img0.jpg\n")
+    result = run("pack", flat, "-o", tmp_path / "o", expect=1)
+    assert "labels.csv, line 1: expected 'filename,label'" in result.output
+    assert "--unlabelled to pack it as a file" in result.output

@@ -123,7 +123,7 @@ def test_labels_file_for_a_flat_folder(tmp_path):
         f"img{i}.png,{'cat' if i % 2 else 'dog'}\n" for i in range(5)) + "gone.png,cat\n")
     out = tmp_path / "flat.lmdb"
     result = run("pack", root, "--labels", root / "labels.csv", "--to", "lmdb", "-o", out, "-q")
-    assert "1 rows of the labels file name no file: gone.png" in result.output
+    assert "1 row of the labels file names no file: gone.png" in result.output
     manifest = packer.load_manifest(out)
     assert manifest["classes"] == ["cat", "dog"] and manifest["class_counts"] == [2, 3]
     assert manifest["skipped"] == [{"path": "img5.png", "reason": "no label in labels.csv"}]

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from packer.cli.options import emit_json, json_option, quiet_option, show_progress
-from packer.cli.report import empty_classes, inspect_text, labels_text, verify_text
+from packer.cli.report import (
+    empty_classes,
+    inspect_text,
+    labels_text,
+    shards_text,
+    verify_text,
+)
+from packer.text import plural
 
 
 @click.command()
@@ -17,13 +24,25 @@ from packer.cli.report import empty_classes, inspect_text, labels_text, verify_t
 def inspect(dataset, as_json):
     """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
 
+    DATASET may also be WebDataset shards that other tools wrote (a folder of .tar or
+    .tar.gz files, one shard, or a glob or brace pattern): their samples and fields.
+
     \b
     Example:
       packer inspect ./images-wds
       packer inspect ./images-wds --json | jq .classes
+      packer inspect './downloaded/shard-{000000..000009}.tar'
     """
     from packer.manifest import class_counts, load_manifest
+    from packer.read.dataset import describe_shards, plain_shards
 
+    if plain_shards(dataset):
+        shards = describe_shards(dataset)
+        if as_json:
+            emit_json(shards)
+        else:
+            click.echo(shards_text(shards))
+        return
     manifest = load_manifest(dataset)
     if as_json:
         emit_json({"path": str(dataset), "format": manifest["format"],
@@ -31,6 +50,7 @@ def inspect(dataset, as_json):
                     "classes": class_counts(manifest), "labels": labels_text(manifest),
                     "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
                     "source": manifest["source"], "skipped": manifest["skipped"],
+                    "warnings": manifest.get("warnings") or [],
                     "ignored": manifest["ignored"], "records": manifest.get("records")})
     else:
         click.echo(inspect_text(manifest, dataset))
@@ -86,5 +106,6 @@ def unpack(dataset, out, overwrite, as_json, quiet):
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"unpacked {result['samples']:,} samples: {result['files']:,} files, "
+        click.echo(f"unpacked {plural(result['samples'], 'sample')}: "
+                   f"{plural(result['files'], 'file')}, "
                    f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")

@@ -30,15 +30,18 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
                    "renamed when complete), e.g. -o images.h5.")
-@click.option("--labels", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--labels", type=click.Path(path_type=Path, dir_okay=False),
               help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
-                   "string labels become ids. The first row is a header when its first cell "
-                   "is filename, file, path, name or image, or when it names no file while a "
-                   "later row does (and its label is no other row's). The encoding and the "
-                   "delimiter (, ; tab |) are detected. For a binary dump: one label per "
-                   "record.")
+                   "string labels become ids. Looked for in the current folder, then in "
+                   "SOURCE; a labels.csv at the top of SOURCE is used without --labels "
+                   "(--unlabelled packs it as a file). The first row is a header when its "
+                   "first cell is filename, file, path, name or image, or when it names no "
+                   "file while a later row does (and its label is no other row's). The "
+                   "encoding and the delimiter (, ; tab |) are detected. For a binary dump: "
+                   "one label per record.")
 @click.option("--unlabelled", is_flag=True,
-              help="Do not take classes from sub-folder names; keys keep the paths.")
+              help="Do not take classes from sub-folder names or from a labels.csv in "
+                   "SOURCE; keys keep the paths.")
 @click.option("--group-by-stem", is_flag=True,
               help="Make every set of files sharing a stem one sample (image + mask pairs).")
 @click.option("--follow-symlinks/--no-follow-symlinks", default=True, show_default=True,

@@ -32,6 +32,8 @@ def pack_summary(manifest: dict, out: Path) -> dict:
         "samples_per_s": round(manifest["count"] / seconds, 1) if seconds else None,
         "mb_per_s": round(packed_bytes / 1e6 / seconds, 2) if seconds else None,
         "symlinks": manifest.get("symlinks"), "skipped_inputs": manifest["skipped"],
+        "warned": len(manifest.get("warnings") or []),
+        "warned_inputs": manifest.get("warnings") or [],
         "labels": labels_text(manifest), "empty_classes": empty_classes(manifest),
     }
 
@@ -54,7 +56,8 @@ def labels_text(manifest: dict) -> str:
 
 def _labels_file_notes(read: dict, classes: list[str]) -> str:
     """How a labels file was read, where a reader would want to check it."""
-    notes = []
+    notes = ["found at the top of the folder, so not packed (--unlabelled packs it as a "
+             "file)"] if read.get("found_in_source") else []
     if read.get("ids") == "numeric order":
         shown = ", ".join(f"{name} is {i}" for i, name in enumerate(classes[:4]))
         notes.append(f"a label is negative, so class ids are the labels' ranks in numeric "
@@ -63,7 +66,7 @@ def _labels_file_notes(read: dict, classes: list[str]) -> str:
         notes.append("its first row was taken as a header: " + ",".join(read["header"]))
     if read.get("encoding") not in (None, "utf-8", "utf-8-sig"):
         notes.append(f"read as {read['encoding']}; if the class names look wrong, pass "
-                     "--encoding")
+                     + ("--labels with " if read.get("found_in_source") else "") + "--encoding")
     return "".join(f"; {note}" for note in notes)
 
 
@@ -92,18 +95,20 @@ def _shared_stems(manifest: dict) -> list[str]:
 def pack_text(manifest: dict, out: Path) -> str:
     s = pack_summary(manifest, out)
     layout = format_module(manifest["format"])
-    unit = layout.PART
-    unit += "" if s["parts"] == 1 else "s"
-    lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
+    unit = layout.PART if s["parts"] == 1 else layout.PART + "s"
+    lines = [f"packed {plural(s['packed'], 'sample')} ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
     lines += filter(None, [layout.layout_text(manifest)])
     where = str(out / MANIFEST_NAME)
     if manifest["skipped"]:
-        lines.append(f"skipped {s['skipped']:,} inputs:")
+        lines.append(f"skipped {plural(s['skipped'], 'input')}:")
         lines += _listing(manifest["skipped"], where)
     else:
         lines.append("skipped 0 inputs")
+    if s["warned"]:
+        lines.append(f"decoder warnings for {plural(s['warned'], 'packed input')}:")
+        lines += _listing(_warning_entries(manifest), where)
     if manifest["ignored"]:
         lines.append(f"ignored {_ignored_text(manifest)} (listed in {where})")
     links = manifest.get("symlinks") or {"count": 0}
@@ -115,11 +120,12 @@ def pack_text(manifest: dict, out: Path) -> str:
     if stems:
         why = ("extensions that differ only in case, which WebDataset would merge"
                if manifest["options"].get("group_by_stem") else "--group-by-stem joins them")
-        lines.append(f"{len(stems):,} stems are shared by several files, packed as separate "
-                     f"samples ({why}): {names_text(stems)}")
+        lines.append(f"{plural(len(stems), 'stem is', 'stems are')} shared by several files, "
+                     f"packed as separate samples ({why}): {names_text(stems)}")
     if manifest.get("unmatched_labels"):
         names = manifest["unmatched_labels"]
-        lines.append(f"{len(names):,} rows of the labels file name no file: {names_text(names)}")
+        rows = plural(len(names), "row of the labels file names", "rows of the labels file name")
+        lines.append(f"{rows} no file: {names_text(names)}")
     return "\n".join(lines + _labels_lines(manifest))
 
 
@@ -132,15 +138,15 @@ def _labels_lines(manifest: dict) -> list[str]:
 
 def inspect_text(manifest: dict, path: Path) -> str:
     total = sum(p["bytes"] for p in manifest["parts"])
-    lines = [f"{path}: {manifest['format']}, {manifest['count']:,} samples, {_mb(total)} "
-             f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
+    lines = [f"{path}: {manifest['format']}, {plural(manifest['count'], 'sample')}, "
+             f"{_mb(total)} in {plural(len(manifest['parts']), 'part')}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
              f"{manifest['created']}", *_labels_lines(manifest)]
     lines += filter(None, [format_module(manifest["format"]).layout_text(manifest)])
     lines.append("fields:")
     for name, info in manifest["fields"].items():
         size = "" if name == "cls" else f", {_mb(info['bytes'])}"
-        lines.append(f"  {name:<10} {info['dtype']:<6} {info['count']:,} samples{size}")
+        lines.append(f"  {name:<10} {info['dtype']:<6} {plural(info['count'], 'sample')}{size}")
     counts = class_counts(manifest)
     if counts:
         lines.append(f"classes ({len(counts)}):")
@@ -148,27 +154,53 @@ def inspect_text(manifest: dict, path: Path) -> str:
     lines.append("parts:")
     for part in manifest["parts"][:LIST_LIMIT]:
         name = part.get("name", f"samples {part['first']:,}+")
-        lines.append(f"  {name}: {part['count']:,} samples, {_mb(part['bytes'])}")
+        lines.append(f"  {name}: {plural(part['count'], 'sample')}, {_mb(part['bytes'])}")
     if len(manifest["parts"]) > LIST_LIMIT:
         lines.append(f"  ... and {len(manifest['parts']) - LIST_LIMIT} more")
     lines.append(f"skipped: {len(manifest['skipped']):,}")
     lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
+    if manifest.get("warnings"):
+        lines.append(f"decoder warnings: {len(manifest['warnings']):,}")
+        lines += _listing(_warning_entries(manifest), str(path / MANIFEST_NAME))
     if manifest["ignored"]:
         lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)
+
+
+def shards_text(shards: dict) -> str:
+    """`packer inspect` of WebDataset shards that packer did not pack."""
+    parts = shards["parts"]
+    lines = [f"{shards['path']}: WebDataset shards without a packer manifest, "
+             f"{plural(shards['count'], 'sample')} in {plural(len(parts), 'shard')}", "fields:"]
+    lines += [f"  {name:<10} {plural(info['count'], 'sample')}, {_mb(info['bytes'])}"
+              for name, info in shards["fields"].items()]
+    lines.append("shards:")
+    for part in parts[:LIST_LIMIT]:
+        size = "" if part["bytes"] is None else f", {_mb(part['bytes'])}"
+        how = " (compressed or remote: streamed, not indexed)" if part["streamed"] else ""
+        lines.append(f"  {part['name']}: {plural(part['count'], 'sample')}{size}{how}")
+    if len(parts) > LIST_LIMIT:
+        lines.append(f"  ... and {len(parts) - LIST_LIMIT} more")
+    return "\n".join(lines)
+
+
+def _warning_entries(manifest: dict) -> list[dict]:
+    """The manifest's warnings as entries to list: a file and what was said of it."""
+    return [{"path": e["path"], "reason": "; ".join(e["warnings"])}
+            for e in manifest.get("warnings") or []]
 
 
 def _ignored_text(manifest: dict) -> str:
     """`3 hidden or OS junk files`, `the labels file`, or both joined by `and`."""
     labels = sum(e["reason"] == "the labels file" for e in manifest["ignored"])
     junk = len(manifest["ignored"]) - labels
-    texts = [f"{junk:,} hidden or OS junk file{'s' if junk != 1 else ''}"] if junk else []
+    texts = [plural(junk, "hidden or OS junk file")] if junk else []
     return " and ".join(texts + (["the labels file"] if labels else []))
 
 
 def verify_text(report: dict) -> str:
     if report["ok"]:
-        return f"OK: {report['count']:,} samples in {report['dataset']} verified"
+        return f"OK: {plural(report['count'], 'sample')} in {report['dataset']} verified"
     lines = [f"FAILED: {plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
     lines += [f"  {p}" for p in report["problems"]]
     if report["problem_count"] > len(report["problems"]):

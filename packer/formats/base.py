@@ -43,6 +43,7 @@ class Chunk(NamedTuple):
     count: int  # samples in the run, skipped ones included
     spool: str | None = None  # a file holding `blob`, when it crossed from a worker
     spool_crc: int = 0  # the CRC-32 of the spool file's bytes
+    warnings: dict | None = None  # position in the run -> warnings of a good sample's inputs
 
     def good_positions(self) -> list[int]:
         """The position in the run of each good sample."""
@@ -52,13 +53,16 @@ class Chunk(NamedTuple):
 
 
 def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
-    """Encode a run of read samples (or their skip entries) with a format `module`."""
-    chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes))
+    """Encode a run of read samples with a format `module`: each outcome is a sample
+    and the warnings of its inputs, or None and the skip entries of its inputs."""
+    chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes), warnings={})
     encoded, digests = [], []
-    for position, (sample, skipped) in enumerate(outcomes):
+    for position, (sample, notes) in enumerate(outcomes):
         if sample is None:
-            chunk.skipped[position] = skipped
+            chunk.skipped[position] = notes
             continue
+        if notes:
+            chunk.warnings[position] = notes
         pieces = module.encode(sample)
         encoded += pieces
         chunk.lengths.append(sum(map(len, pieces)))

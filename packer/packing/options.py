@@ -66,6 +66,19 @@ class PackOptions:
         return {name: value for name, value in self.recorded().items() if name not in ignored}
 
 
+def found_labels(source: Path, labels: Path | None) -> Path | None:
+    """`--labels` as given when that names a file (from the current folder), else the
+    file of that name in SOURCE (beside SOURCE, when it is a file)."""
+    if labels is None or Path(labels).is_file():
+        return labels and Path(labels)
+    folder = Path(source) if Path(source).is_dir() else Path(source).parent
+    if not Path(labels).is_absolute() and (folder / labels).is_file():
+        return folder / labels
+    where = "" if Path(labels).is_absolute() else (f" in the current folder ({Path.cwd()}) "
+                                                   f"or in {folder}")
+    raise UsageProblem(f"--labels {labels}: no such file{where}")
+
+
 # Options of every pack, whatever the source and the format.
 EVERY_PACK = frozenset({"to", "out", "workers", "resume", "overwrite", "spec", "as_json",
                         "quiet"})

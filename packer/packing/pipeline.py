@@ -14,7 +14,7 @@ import secrets
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, is_packed, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
-from packer.packing.options import PackOptions
+from packer.packing.options import PackOptions, found_labels
 from packer.packing.parallel import ordered_map
 from packer.packing.resume import check_unchanged
 from packer.packing.space import DiskFull, check_room, disk_full_reported
@@ -34,6 +34,7 @@ from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
 from packer.sources.files.scan import read_file
+from packer.text import without_addresses
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
@@ -273,7 +274,10 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
         "key_dataset": setup["key_dataset"],
         **({"records": setup["records"]} if setup["records"] else {}),
         "options": options.recorded(),
-        "skipped": sorted(source.scan_skipped + tally.skipped, key=lambda e: e["path"]),
+        "skipped": sorted(({**entry, "reason": without_addresses(entry["reason"])}
+                           for entry in source.scan_skipped + tally.skipped),
+                          key=lambda e: e["path"]),
+        "warnings": sorted(tally.warnings, key=lambda e: e["path"]),
         "ignored": [],
         **source.describe(options),
     }
@@ -283,6 +287,7 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
     them) into `out`; returns the manifest."""
     path, out = Path(path), Path(out)
+    options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
     with output_lock(out):
         return _pack_locked(path, out, options)

@@ -20,6 +20,7 @@ class Tally:
     fields: dict = field(default_factory=dict)
     class_counts: list = field(default_factory=list)
     input_bytes: int = 0
+    warnings: list = field(default_factory=list)  # of packed inputs: {"path", "warnings"}
 
     def add_chunk(self, chunk: Chunk) -> None:
         """Count a chunk's samples and the inputs skipped among them."""
@@ -27,12 +28,14 @@ class Tally:
         self._add_labels(chunk.labels)
         for entries in chunk.skipped.values():
             self.skipped += entries
+        for entries in (chunk.warnings or {}).values():
+            self.warnings += entries
 
     def upto(self, chunk: Chunk, stop: int, next_input: int) -> "Tally":
         """A copy that also counts the chunk's first `stop` good samples and the inputs
         skipped before them: the progress at a part closed inside the chunk."""
         snapshot = Tally(next_input, list(self.skipped), copy.deepcopy(self.fields),
-                         list(self.class_counts), self.input_bytes)
+                         list(self.class_counts), self.input_bytes, list(self.warnings))
         for sizes in chunk.field_sizes[:stop]:
             snapshot._add_fields((name, 1, size) for name, size in sizes)
         snapshot._add_labels(chunk.labels[:stop])
@@ -40,6 +43,9 @@ class Tally:
         for position, entries in chunk.skipped.items():
             if position < boundary:
                 snapshot.skipped += entries
+        for position, entries in (chunk.warnings or {}).items():
+            if position < boundary:
+                snapshot.warnings += entries
         return snapshot
 
     def _add_fields(self, totals) -> None:

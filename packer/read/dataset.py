@@ -68,6 +68,7 @@ class PackedParts:
     def __init__(self, path, manifest: dict | None = None, urls: list[str] | None = None):
         self.path, self.manifest, self.urls = path, manifest, urls
         self._shards = None  # the index of shards made by other tools, when local
+        self._streamed_fields = None  # the first streamed shard's {field: [samples, bytes]}
         if manifest is not None:
             module = format_module(manifest["format"])
             check_files(Path(path), manifest, module)
@@ -75,9 +76,11 @@ class PackedParts:
             self.part_counts = [p["count"] for p in manifest["parts"]]
             self.classes = manifest.get("classes")
             self.seekable = True
-        elif any(shards.is_remote(u) for u in urls):
+        elif any(shards.must_stream(u) for u in urls):
             self._reader = shards.StreamReader(urls)
-            self.part_counts = [shards.count_remote(u) for u in urls]
+            counted = [shards.fields_streamed(u) for u in urls]
+            self.part_counts = [count for count, _ in counted]
+            self._streamed_fields = counted[0][1]
             self.classes, self.seekable = None, False
         else:
             self._reader = self._shards = tarindex.Reader(urls)
@@ -93,24 +96,67 @@ class PackedParts:
 
     def field_counts(self) -> tuple[dict[str, int], int]:
         """({field: samples that have it}, samples): from the manifest, or for shards
-        made by other tools from the first shard's index (none for remote shards)."""
+        made by other tools from the first shard."""
         if self.manifest is not None:
             fields = self.manifest.get("fields", {})
             return {n: f.get("count", 0) for n, f in fields.items()}, self.manifest["count"]
-        if self._shards is None or not self.part_counts:
-            return {}, 0
+        if self._streamed_fields is not None:
+            return ({n: count for n, (count, _) in self._streamed_fields.items()},
+                    self.part_counts[0])
         index = self._shards.index(0)
         return dict(Counter(index.field)), index.count
 
 
-def open_parts(path) -> PackedParts:
-    """A packed dataset (a folder with a manifest, or one file), or plain WebDataset shards: a
-    folder of .tar files, a .tar path, a brace or glob pattern, URLs, or a list."""
-    if isinstance(path, list | tuple) or shards.is_remote(str(path)):
-        return PackedParts(path, urls=shards.expand(path))
+def plain_shards(path) -> bool:
+    """Whether `path` names WebDataset shards that packer did not pack (no manifest): a
+    folder of shards, a file named as a shard (.tar, .tar.gz ...) or compressed, a brace
+    or glob pattern, URLs, or a list."""
+    if isinstance(path, list | tuple) or shards.is_remote(str(path)) or any(
+            c in str(path) for c in "{*?["):
+        return True
     folder = Path(path)
-    packed = is_packed(folder)
-    foreign_folder = folder.is_dir() and not packed and any(folder.glob("*.tar"))
-    if foreign_folder or (folder.is_file() and not packed) or any(c in str(path) for c in "{*?["):
-        return PackedParts(str(path), urls=shards.expand(path))
-    return PackedParts(str(path), manifest=load_manifest(folder))
+    if is_packed(folder):
+        return False
+    if folder.is_file():  # named as a shard, or compressed (a shard in all likelihood)
+        return folder.name.endswith(shards.SHARD_SUFFIXES) or shards.must_stream(str(folder))
+    return folder.is_dir() and bool(shards.shard_files(folder))
+
+
+def open_parts(path) -> PackedParts:
+    """A packed dataset (a folder with a manifest, or one file), or plain WebDataset shards
+    (`plain_shards`)."""
+    if plain_shards(path):
+        return PackedParts(path if isinstance(path, list | tuple) else str(path),
+                           urls=shards.expand(path))
+    return PackedParts(str(path), manifest=load_manifest(Path(path)))
+
+
+def describe_shards(path) -> dict:
+    """What plain WebDataset shards hold, for `packer inspect`: the samples and bytes
+    of each shard, and each field's samples and bytes (local plain shards from their
+    index; compressed or remote ones read through)."""
+    fields: dict[str, list[int]] = {}
+    parts = []
+    for url in shards.expand(path):
+        streamed = shards.must_stream(url)
+        count, shard_fields = (shards.fields_streamed(url) if streamed
+                               else _indexed_fields(tarindex.index_shard(url)))
+        for name, (samples, size) in shard_fields.items():
+            total = fields.setdefault(name, [0, 0])
+            total[0] += samples
+            total[1] += size
+        parts.append({"name": url, "count": count, "streamed": streamed,
+                      "bytes": None if shards.is_remote(url) else Path(url).stat().st_size})
+    return {"path": str(path), "format": "webdataset", "manifest": None,
+            "count": sum(part["count"] for part in parts),
+            "fields": {name: {"count": n, "bytes": size} for name, (n, size) in fields.items()},
+            "parts": parts}
+
+
+def _indexed_fields(index: tarindex.ShardIndex) -> tuple[int, dict[str, list[int]]]:
+    fields: dict[str, list[int]] = {}
+    for name, size in zip(index.field, index.size.tolist(), strict=True):
+        total = fields.setdefault(name, [0, 0])
+        total[0] += 1
+        total[1] += size
+    return index.count, fields

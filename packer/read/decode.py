@@ -1,6 +1,7 @@
 """Decoding samples in the loader's workers.
 
-`decode="rgb8"` turns every image field into a uint8 tensor (3, H, W): EXIF
+`decode="rgb8"` turns every image field (any raster format Pillow opens: JPEG, PNG,
+TIFF, TGA, ICO, PSD, JPEG 2000, PCX, PPM, ...) into a uint8 tensor (3, H, W): EXIF
 orientation applied; grayscale, palette, CMYK, RGBA and 16-bit images brought to
 8-bit RGB (16-bit scaled down by 256, not clipped); resized to `image_size` when
 given, so images of different sizes stack into one batch. `decode="pil"` gives
@@ -22,7 +23,7 @@ from packer.sample import KEY
 from packer.sources.files.checks import PIL_FORMATS
 
 DECODE_MODES = ("rgb8", "pil", "raw")
-IMAGE_FIELDS = {"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "ppm", "pgm"}
+IMAGE_FIELDS = frozenset(PIL_FORMATS)  # every raster format Pillow opens
 _EXIF_ORIENTATION = 0x0112
 
 
@@ -58,7 +59,7 @@ def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = N
     hint = PIL_FORMATS.get(kind)
     try:
         image = Image.open(io.BytesIO(data), formats=[hint] if hint else None)
-    except UnidentifiedImageError:  # named for another format: let PIL try them all
+    except (UnidentifiedImageError, KeyError):  # another format, or one this Pillow lacks
         image = Image.open(io.BytesIO(data))
     if size is not None and image.format == "JPEG":
         side = max(size)  # decode at a reduced scale that still covers the target

@@ -39,6 +39,7 @@ from packer.formats.protocol import (
     swap_in,
 )
 from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
+from packer.text import plural
 
 NAME = "hdf5"
 PART = "part"
@@ -124,5 +125,5 @@ def layout_text(manifest: dict) -> str | None:
     sample = (f"records i*{stride} .. i*{stride}+{window - 1}" if window else "record i")
     stored = sum(part["bytes"] for part in manifest["parts"]) / 1e6
     once = f" (overlapping windows are stored once, in {stored:,.1f} MB)" if window else ""
-    return (f"stored as records: {layout['records']:,} records in the dataset "
+    return (f"stored as records: {plural(layout['records'], 'record')} in the dataset "
             f"\"{layout['dataset']}\"; sample i is {sample}{once}")

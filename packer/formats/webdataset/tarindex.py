@@ -68,6 +68,24 @@ def _checksum_ok(header: bytes) -> bool:
     return (stored - total) % 65521 == 0
 
 
+def _tar_like(header: bytes) -> bool:
+    """Whether a first block is a tar header, if perhaps a damaged one: one that passes
+    its checksum, or has the ustar magic or an octal number in its checksum field."""
+    if len(header) == _BLOCK and _checksum_ok(header) or header[257:262] == b"ustar":
+        return True
+    field = bytes(header[148:156]).strip(b"\0 ")
+    try:
+        return int(field, 8) > 0  # octal (never base-256), and never 0 in a tar
+    except ValueError:
+        return False
+
+
+def _not_a_tar(where: str, head: bytes) -> str:
+    return (f"{where}: not a tar file: it starts with {head[:8].hex(' ').upper()}, not with "
+            "a tar member header; a WebDataset shard is a tar file, plain or compressed "
+            "with gzip, bzip2 or xz")
+
+
 def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
     """(offset of the member's first header, name, data offset, size) of each regular
     file member of the archive in `data` (bytes or a memory map)."""
@@ -78,6 +96,8 @@ def members(data, where: str) -> Iterator[tuple[int, str, int, int]]:
         header = data[offset:offset + _BLOCK]
         if not header or header == _ZERO_BLOCK:  # the end (its zero blocks may be missing)
             return
+        if offset == 0 and not _tar_like(header):
+            raise DatasetError(_not_a_tar(where, bytes(header)))
         if len(header) < _BLOCK:
             raise DatasetError(f"{where}: truncated: the file ends at byte {end:,}, inside "
                                f"the tar header that starts at byte offset {offset:,}")

@@ -1,12 +1,20 @@
 """Checks that an input file is what its name says, before it is packed.
 
-`check_file` returns None for a good file, or the reason it must be skipped.
-The cheap check (`header`) looks at the signature and the end marker of an image
-and parses small `.json` and `.cls` files; `decode` also decodes every image.
+`check_input` returns the reason a file must be skipped (None for a good file) and
+what its decoder said of it. The cheap check (`header`) looks at the signature and
+the end marker of an image and parses small `.json` and `.cls` files; `decode` also
+decodes every image, and the decode decides: a file that the header check doubts
+but Pillow decodes is packed, the doubt listed among its warnings.
 """
 
 import io
 import json
+import os
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from contextlib import contextmanager
 
 CHECK_MODES = ("header", "decode", "none")
 
@@ -60,9 +68,16 @@ def _check_bmp(data: bytes) -> str | None:
     return None
 
 
+# Classic TIFF (42) and BigTIFF (43), in either byte order, and the two classic ones
+# with the number in the other byte order, which Pillow reads too. Every signature
+# checked here is one Pillow accepts, so a file failing it cannot be decoded either.
+_TIFF_SIGNATURES = (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+", b"MM*\0", b"II\0*")
+
+
 def _check_tiff(data: bytes) -> str | None:
-    if data[:4] not in (b"II*\0", b"MM\0*"):
-        return f"not a TIFF: starts with {_hex(data)}"
+    if data[:4] not in _TIFF_SIGNATURES:
+        return f"not a TIFF: starts with {_hex(data)}, expected 49 49 2A 00 or 4D 4D 00 2A " \
+               "(or a BigTIFF's 2B)"
     return None
 
 
@@ -83,24 +98,103 @@ def _check_cls(data: bytes) -> str | None:
 
 
 _CHEAP_CHECKS = {
-    "jpg": _check_jpeg, "jpeg": _check_jpeg, "png": _check_png, "gif": _check_gif,
+    "jpg": _check_jpeg, "jpeg": _check_jpeg, "jpe": _check_jpeg, "jfif": _check_jpeg,
+    "mpo": _check_jpeg, "png": _check_png, "apng": _check_png, "gif": _check_gif,
     "webp": _check_webp, "bmp": _check_bmp, "tif": _check_tiff, "tiff": _check_tiff,
     "json": _check_json, "cls": _check_cls,
 }
 
 
-PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WEBP",
-                "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF"}
+# Every raster format Pillow opens, by file extension (Image.registered_extensions()),
+# leaving out the ones it only identifies (HDF5, GRIB, BUFR, WMF), EPS (which needs
+# Ghostscript), MPEG and IPTC: these fields are images, for `--check decode` and for the
+# loader's decoding. An MPO opens as a JPEG.
+PIL_FORMATS = {
+    "apng": "PNG", "avif": "AVIF", "avifs": "AVIF", "blp": "BLP", "bmp": "BMP",
+    "bw": "SGI", "cur": "CUR", "dcx": "DCX", "dds": "DDS", "dib": "DIB", "fit": "FITS",
+    "fits": "FITS", "flc": "FLI", "fli": "FLI", "ftc": "FTEX", "ftu": "FTEX", "gbr": "GBR",
+    "gif": "GIF", "icb": "TGA", "icns": "ICNS", "ico": "ICO", "im": "IM", "j2c": "JPEG2000",
+    "j2k": "JPEG2000", "jfif": "JPEG", "jp2": "JPEG2000", "jpc": "JPEG2000", "jpe": "JPEG",
+    "jpeg": "JPEG", "jpf": "JPEG2000", "jpg": "JPEG", "jpx": "JPEG2000", "mpo": "JPEG",
+    "msp": "MSP", "pbm": "PPM", "pcd": "PCD", "pcx": "PCX", "pfm": "PPM", "pgm": "PPM",
+    "png": "PNG", "pnm": "PPM", "ppm": "PPM", "psd": "PSD", "pxr": "PIXAR", "qoi": "QOI",
+    "ras": "SUN", "rgb": "SGI", "rgba": "SGI", "sgi": "SGI", "tga": "TGA", "tif": "TIFF",
+    "tiff": "TIFF", "vda": "TGA", "vst": "TGA", "webp": "WEBP", "xbm": "XBM", "xpm": "XPM",
+}
+MAX_WARNINGS = 10  # distinct decoder messages kept per file
 
 
-def _decode_image(data: bytes, kind: str) -> str | None:
+@contextmanager
+def decoder_messages(messages: list[str]):
+    """Collect into `messages` what decoders say of a file during the block (which may
+    raise): Python warnings (not Pillow's deprecations, which are of no file), and what
+    C libraries (libtiff) write to the process's stderr, which names no file.
+    Meanwhile this process's stderr goes to a spool file."""
+    spool = _spool()
+    sys.stderr.flush()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        saved = os.dup(2)  # anew each time: whoever owns stderr may have replaced it
+        os.dup2(spool, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            messages += [str(warning.message) for warning in caught
+                         if not issubclass(warning.category, DeprecationWarning)]
+            messages += _spooled(spool)
+
+
+def _spooled(spool: int) -> list[str]:
+    """The lines written to the spool file since it was last emptied; it is emptied."""
+    written = os.lseek(spool, 0, os.SEEK_CUR)
+    if not written:
+        return []
+    text = os.pread(spool, written, 0).decode("utf-8", "replace")
+    os.ftruncate(spool, 0)
+    os.lseek(spool, 0, os.SEEK_SET)
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+_SPOOLS: dict[int, int] = {}  # process id -> the file descriptor of its spool file
+
+
+def _spool() -> int:
+    """This process's spool file for stderr (a forked worker makes its own)."""
+    if os.getpid() not in _SPOOLS:
+        with tempfile.TemporaryFile() as file:  # the duplicate outlives it, unnamed
+            _SPOOLS[os.getpid()] = os.dup(file.fileno())
+    return _SPOOLS[os.getpid()]
+
+
+def summarised(messages: list[str]) -> list[str]:
+    """Distinct messages in order of first appearance, a repeated one with its count."""
+    counts = Counter(messages)
+    texts = [text if counts[text] == 1 else f"{text} ({counts[text]} times)"
+             for text in dict.fromkeys(messages)]
+    more = len(texts) - MAX_WARNINGS
+    return texts[:MAX_WARNINGS] + ([f"... and {more} more"] if more > 0 else [])
+
+
+def _decode_image(data: bytes, kind: str, messages: list[str]) -> str | None:
+    """Why Pillow cannot decode `data` as a `kind` image, or None; what its decoders
+    said goes to `messages` (or, when it fails, into the reason)."""
+    import PIL
     from PIL import Image
 
+    name, said = PIL_FORMATS[kind], []
+    if name not in Image.OPEN:
+        Image.init()  # the plugins beyond the common five
+    if name not in Image.OPEN:
+        return f"Pillow {PIL.__version__} here has no {name} decoder"
     try:
-        with Image.open(io.BytesIO(data), formats=[PIL_FORMATS[kind]]) as image:
+        with decoder_messages(said), Image.open(io.BytesIO(data), formats=[name]) as image:
             image.load()
     except Exception as err:  # PIL raises many types for bad data; each is a skip reason
-        return f"cannot decode the image: {err}"
+        detail = f" ({'; '.join(summarised(said))})" if said else ""
+        return f"cannot decode the image: {err}{detail}"
+    messages += said
     return None
 
 
@@ -114,15 +208,26 @@ def check_head(field: str, head: bytes, mode: str) -> str | None:
     return reason if reason and reason.startswith("not a") else None  # end checks need it all
 
 
+def check_input(field: str, data: bytes, mode: str) -> tuple[str | None, list[str]]:
+    """The reason to skip `data` as a file of type `field` (None for a good file), and
+    the warnings of a good one: its decoder's messages, and a header doubt that a
+    successful decode overruled."""
+    if not data:
+        return "empty file (0 bytes)", []
+    kind = field.lower()
+    check = _CHEAP_CHECKS.get(kind) if mode != "none" else None
+    reason = check(data) if check else None
+    if mode != "decode" or kind not in PIL_FORMATS:
+        return reason, []
+    messages: list[str] = []
+    decode_reason = _decode_image(data, kind, messages)
+    if decode_reason:
+        return reason or decode_reason, []  # the header's reason is the more telling
+    if reason:
+        messages.insert(0, f"{reason}; Pillow decodes it")
+    return None, summarised(messages)
+
+
 def check_file(field: str, data: bytes, mode: str) -> str | None:
     """None if `data` is a good file of type `field`, else the reason to skip it."""
-    if not data:
-        return "empty file (0 bytes)"
-    if mode == "none":
-        return None
-    kind = field.lower()
-    check = _CHEAP_CHECKS.get(kind)
-    reason = check(data) if check else None
-    if reason is None and mode == "decode" and kind in PIL_FORMATS:
-        reason = _decode_image(data, kind)
-    return reason
+    return check_input(field, data, mode)[0]

@@ -6,7 +6,8 @@ to the packed folder: `./a.jpg` and `sub\\a.jpg` are read as `a.jpg` and `sub/a.
 The first row is a header when its first cell is a header word (filename, file,
 path, name, image), or when it names no file in the folder, its label is no other
 row's label, and one of the next 20 rows names a file; the pack summary shows a row
-taken as a header.
+taken as a header. A `labels.csv` (or `labels.tsv`) at the top of the folder is its
+labels file without `--labels` (and is not packed); `--unlabelled` packs it as a file.
 """
 
 import csv
@@ -17,6 +18,7 @@ from packer.errors import PackerError
 
 _HEADER_WORDS = {"filename", "file", "path", "name", "image"}
 _HEADER_LOOKAHEAD = 20  # rows after the first looked at to tell a header
+LABELS_NAMES = ("labels.csv", "labels.tsv")  # at the top of a folder: its labels file
 
 
 @dataclass
@@ -24,6 +26,11 @@ class LabelsFile:
     labels: dict[str, str]  # path relative to the packed folder -> label
     encoding: str  # as given with --encoding, or detected
     header: list[str] | None  # the first row, when it was taken as a header
+
+
+def labels_in_folder(root: Path) -> Path | None:
+    """The labels file at the top of `root`, used when no --labels is given, if any."""
+    return next((root / name for name in LABELS_NAMES if (root / name).is_file()), None)
 
 
 def _lines(path: Path, encoding: str | None) -> tuple[list[str], str]:

@@ -1,7 +1,8 @@
 """The `files` source: a folder of files, one sample per file (or per stem group).
 
 Layouts, picked in this order:
-- `--labels FILE`: a CSV of `filename,label` rows; string labels become class ids.
+- `--labels FILE`, or a `labels.csv` at the top of the folder: a CSV of
+  `filename,label` rows; string labels become class ids.
 - ImageFolder: the folder holds only sub-folders; each top folder is a class, ids
   in sorted-name order.
 - otherwise (or `--unlabelled`): no labels.
@@ -24,8 +25,8 @@ from pathlib import Path
 from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.base import Source
-from packer.sources.files.checks import check_file, check_head
-from packer.sources.files.labels import label_ids, read_labels_file
+from packer.sources.files.checks import check_head, check_input
+from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
@@ -271,12 +272,15 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     if not root.is_dir():
         raise PackerError(f"{root}: not a folder")
     scan = Scan(root, group_by_stem, follow_symlinks)
+    in_folder = labels is None and not unlabelled and labels_in_folder(root)
+    if in_folder:
+        labels = in_folder
     if labels is not None:
-        found = read_labels_file(labels, root, labels_encoding)
+        found = _read_labels(labels, root, labels_encoding, bool(in_folder))
         scan.classes, scan.labels, numbering = label_ids(found.labels)
         scan.label_source, scan.labels_file = "labels-file", str(labels)
         scan.labels_read = {"encoding": found.encoding, "header": found.header,
-                            "ids": numbering}
+                            "ids": numbering, "found_in_source": bool(in_folder)}
         if labels.resolve().is_relative_to(root.resolve()):
             scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
     elif not unlabelled:
@@ -299,6 +303,17 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     return scan
 
 
+def _read_labels(path: Path, root: Path, encoding: str | None, in_folder: bool):
+    try:
+        return read_labels_file(path, root, encoding)
+    except PackerError as err:
+        if not in_folder:
+            raise
+        raise PackerError(f"{err} ({path.name} at the top of the folder is taken for its "
+                          "labels file; pass --labels to name another, or --unlabelled to "
+                          "pack it as a file)") from None
+
+
 def _count(scan: Scan, listing: list, digest) -> None:
     """Add a run of (files, label) to the scan's counts and fingerprint, then empty it."""
     scan.count += len(listing)
@@ -310,18 +325,19 @@ def _count(scan: Scan, listing: list, digest) -> None:
 HEAD_BYTES = 1 << 20  # a file larger than this is read whole only once its start passes
 
 
-def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None]:
-    """An input file's bytes and the reason to skip it (None for a good file). A big
-    file whose first bytes already say it is not what its name says is not read."""
+def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None, list[str]]:
+    """An input file's bytes, the reason to skip it (None for a good file) and the
+    warnings its check gave. A big file whose first bytes already say it is not what
+    its name says is not read."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         if size > HEAD_BYTES and (reason := check_head(field, os.pread(fd, 64, 0), check)):
-            return b"", reason
+            return b"", reason, []
         data = _read_all(fd, size)
     finally:
         os.close(fd)
-    return data, check_file(field, data, check)
+    return data, *check_input(field, data, check)
 
 
 def read_file(path: str) -> bytes:
@@ -342,23 +358,26 @@ def _read_all(fd: int, size: int) -> bytes:
 
 
 def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list]:
-    """The sample (key, files, label) read into a dict, or None and the skip entries of
-    its files."""
+    """The sample (key, files, label) read into a dict and the warnings of its files
+    ({"path", "warnings"} entries), or None and the skip entries of its files."""
     key, files, label = source
     sample: dict = {"__key__": key}
+    warned = []
     for field_name, rel_path in files:
         try:
-            data, reason = read_input(f"{root}/{rel_path}", field_name, check)
+            data, reason, warnings = read_input(f"{root}/{rel_path}", field_name, check)
         except OSError as err:
-            reason = f"cannot read: {err.strerror}"
+            reason, warnings = f"cannot read: {err.strerror}", []
         if reason:
             others = [{"path": p, "reason": f"belongs to the sample of {rel_path}, which "
                        "was skipped"} for _, p in files if p != rel_path]
             return None, [{"path": rel_path, "reason": reason}, *others]
+        if warnings:
+            warned.append({"path": rel_path, "warnings": warnings})
         sample[field_name] = data
     if label is not None:
         sample["cls"] = label
-    return sample, []
+    return sample, warned
 
 
 def read_job(job: tuple[str, str, list[SampleFiles]]) -> list[tuple[dict | None, list]]:
