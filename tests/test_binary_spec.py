@@ -179,7 +179,7 @@ def test_wrong_magic_names_offset_expected_and_found(tmp_path):
     with pytest.raises(DumpError) as err:
         open_dump(path, imu_spec())
     assert str(err.value) == (
-        f"{path}: at offset 0: expected 49 4d 55 31 ('IMU1'), found 58 59 5a 31 ('XYZ1'); "
+        f"{path}: magic at offset 0: expected 49 4d 55 31 ('IMU1'), found 58 59 5a 31 ('XYZ1'); "
         f"this file does not look like what imu.toml describes")
 
 
@@ -265,7 +265,8 @@ def test_pcm16_wav_written_by_the_wave_module(tmp_path):
 
 def test_a_stereo_wav_fails_the_mono_spec_at_the_channel_count(tmp_path):
     path = write_wav(tmp_path / "s.wav", np.zeros(20, np.int16), channels=2)
-    with pytest.raises(DumpError, match="at offset 22: expected 1 .01 00., found 2 .02 00."):
+    with pytest.raises(DumpError,
+                       match="num_channels at offset 22: expected 1 .01 00., found 2 .02 00."):
         open_dump(path, load_spec("pcm16"))
 
 

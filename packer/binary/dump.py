@@ -211,7 +211,7 @@ def examine_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
     raw_header = read_bytes(path, 0, header_size)
     header = header_values(raw_header, spec)
     checks = [_expect_check(f, raw_header, spec) for f in spec.header.fields if f.expect]
-    count_check, count = _count_check(size, header, spec, drop, tail)
+    count_check, count = _count_check(size, header, spec, drop, tail, raw_header)
     checks.append(count_check)
     trailing = size - header_size - count * spec.record.size
     return Dump(path, spec, size, header, count, trailing, tuple(checks))
@@ -251,7 +251,7 @@ def python_value(field: Field, value):
 
 def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
     found = raw_header[field.offset:field.end]
-    where = f"at offset {field.offset}"
+    where = f"{field.name} at offset {field.offset}"
     if found == field.expect:
         return Check(field.key, True, f"{where}: {describe_bytes(found, field, spec)} "
                                       f"as expected")
@@ -274,13 +274,15 @@ def describe_bytes(raw: bytes, field: Field, spec: Spec) -> str:
     return f"{value.item() if value.size == 1 else value.tolist()} ({hex_text})"
 
 
-def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail) -> tuple[Check, int]:
+CONTRADICTS = 10  # a header count this many times off the file's whole records is no count
+
+
+def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail,
+                 raw_header: bytes = b"") -> tuple[Check, int]:
     """The records check and the number of whole records to read."""
     header_size, record_size = spec.header.size, spec.record.size
     whole, cut = divmod(size - header_size, record_size)
     layout = f"{size:,} bytes = {header_size:,} header + {whole:,} records of {record_size:,}"
-    cut_record = (f"record {whole:,} starts at offset {header_size + whole * record_size:,} "
-                  f"and is cut after {cut:,} of its {record_size:,} bytes")
     why_dropped = "--tail drop" if tail == "drop" else f"trailing = \"ignore\" in {spec.source}"
     if spec.count_from == "file_size":
         if not cut:
@@ -288,20 +290,100 @@ def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail) -> tuple
         layout += f" + {cut:,} trailing bytes"
         if drop:
             return Check("records", True, f"{layout}, left out ({why_dropped})"), whole
-        return Check("records", False, f"{layout}; {cut_record}; pass --tail drop to pack "
-                                       f"the {whole:,} whole records"), whole
+        return Check("records", False, f"{layout}; {_cut_record(spec, whole, cut)}; pass "
+                                       f"--tail drop to pack the {whole:,} whole records"), whole
     declared, problem = _declared_count(header, spec)
+    swapped = _swapped_count(raw_header, spec, whole, None if problem else declared)
+    if swapped is not None:
+        return _byte_order_check(spec, layout, header[spec.count_field], swapped), 0
     if problem:
         return Check("records", False, problem), 0
-    said = f"header.{spec.count_field} says {declared:,} records"
+    if _contradicts(declared, whole):
+        return _contradiction_check(spec, layout, declared, whole), 0
     if declared > whole:
-        holds = f"{said}, but {layout}" + (f" + {cut:,} bytes; {cut_record}" if cut else "")
-        if drop:
-            return Check("records", True, f"{holds}; reading the {whole:,} whole records "
-                                          f"({why_dropped})"), whole
-        return Check("records", False, f"{holds}; the dump is cut short or the count is "
-                                       f"wrong; pass --tail drop to pack the {whole:,} "
-                                       f"whole records"), whole
+        return _short_check(spec, layout, declared, whole, cut, drop, why_dropped)
+    return _extra_check(spec, size, declared, drop, why_dropped)
+
+
+def _cut_record(spec: Spec, whole: int, cut: int) -> str:
+    start = spec.header.size + whole * spec.record.size
+    return (f"record {whole:,} starts at offset {start:,} and is cut after {cut:,} of its "
+            f"{spec.record.size:,} bytes")
+
+
+def _count_field(spec: Spec) -> Field:
+    return next(f for f in spec.header.fields if f.name == spec.count_field)
+
+
+def _in_records(value: int, spec: Spec) -> int | None:
+    if spec.count_unit == "records":
+        return value
+    records, rest = divmod(value, spec.record.size)
+    return None if rest else records
+
+
+def _contradicts(declared: int, whole: int) -> bool:
+    """A count that is off the records the file holds by an order of magnitude."""
+    return declared > CONTRADICTS * max(whole, 1) or whole > CONTRADICTS * max(declared, 1)
+
+
+def _swapped_count(raw_header: bytes, spec: Spec, whole: int,
+                   declared: int | None) -> int | None:
+    """The header count read in the other byte order, where that fits the file and the
+    count as read (None: unusable) does not."""
+    field = _count_field(spec)
+    raw = raw_header[field.offset:field.end]
+    if field.element.itemsize < 2 or len(raw) != field.size:
+        return None
+    if declared is not None and not _contradicts(declared, whole):
+        return None
+    value = int(np.frombuffer(raw, dtype=field.element.newbyteorder("S"))[0])
+    swapped = _in_records(value, spec) if value >= 0 else None
+    if swapped is None or not 0 < swapped <= whole:
+        return None
+    # Fits: the swapped count accounts for the file, up to less than one record per 1,000.
+    return swapped if whole - swapped <= whole // 1000 else None
+
+
+def _byte_order_check(spec: Spec, layout: str, declared: int, swapped: int) -> Check:
+    field = _count_field(spec)
+    other = "big" if spec.byte_order == "little" else "little"
+    unit = "bytes" if spec.count_unit == "bytes" else "records"
+    return Check("records", False,
+                 f"header.{field.name} (offset {field.offset}, {field.type}) reads "
+                 f"{declared:,} {unit}, but {layout}; read {other}-endian it is "
+                 f"{swapped:,}, which fits the file: the byte order looks wrong. The spec says "
+                 f"byte_order = \"{spec.byte_order}\" ({spec.source}); if the logger writes "
+                 f"{other}-endian, set byte_order = \"{other}\" there")
+
+
+def _contradiction_check(spec: Spec, layout: str, declared: int, whole: int) -> Check:
+    field = _count_field(spec)
+    return Check("records", False,
+                 f"header.{field.name} (offset {field.offset}, {field.type}) says {declared:,} "
+                 f"records, but {layout}: the count is off by more than {CONTRADICTS}x, so "
+                 f"the header does not describe this file (another layout, another byte "
+                 f"order, or another field holds the count); check the spec {spec.source} "
+                 f"with `packer inspect-binary FILE --spec SPEC --hex --both-orders`. If the "
+                 f"count is known to be wrong, set count = {{from = \"file_size\"}} there")
+
+
+def _short_check(spec: Spec, layout: str, declared: int, whole: int, cut: int, drop: bool,
+                 why_dropped: str) -> tuple[Check, int]:
+    said = f"header.{spec.count_field} says {declared:,} records"
+    holds = f"{said}, but {layout}" + (f" + {cut:,} bytes; {_cut_record(spec, whole, cut)}"
+                                       if cut else "")
+    if drop:
+        return Check("records", True, f"{holds}; reading the {whole:,} whole records "
+                                      f"({why_dropped})"), whole
+    return Check("records", False, f"{holds}; the dump is cut short or the count is "
+                                   f"wrong; pass --tail drop to pack the {whole:,} "
+                                   f"whole records"), whole
+
+
+def _extra_check(spec: Spec, size: int, declared: int, drop: bool,
+                 why_dropped: str) -> tuple[Check, int]:
+    header_size, record_size = spec.header.size, spec.record.size
     extra = size - header_size - declared * record_size
     layout = (f"{size:,} bytes = {header_size:,} header + {declared:,} records of "
               f"{record_size:,} (header.{spec.count_field})")
