@@ -1,10 +1,16 @@
 """Binary inputs from elsewhere: byte order, counts that contradict the file, refusals
 that name the spec field."""
 
+import bz2
+import gzip
+import lzma
 import struct
 
+import numpy as np
+import pytest
 from test_binary_pack import decoded, write_imu
 
+import packer
 from conftest import run
 
 
@@ -50,3 +56,60 @@ def test_a_failed_expect_names_the_spec_field(tmp_path):
     out = run("pack", tmp_path / "stereo.wav", "--spec", "pcm16", "-o", tmp_path / "o",
               expect=1).output
     assert "num_channels at offset 22: expected 1 (01 00), found 3 (03 00)" in out
+
+
+def write_idx_pair(folder, count: int, opener) -> tuple[np.ndarray, list[int]]:
+    images = (np.arange(count * 28 * 28) % 251).astype(np.uint8).reshape(count, 28, 28)
+    labels = [i * 7 % 10 for i in range(count)]
+    with opener(folder / "train-images-idx3-ubyte.gz", "wb") as file:
+        file.write(struct.pack(">IIII", 0x803, count, 28, 28) + images.tobytes())
+    with opener(folder / "train-labels-idx1-ubyte.gz", "wb") as file:
+        file.write(struct.pack(">II", 0x801, count) + bytes(labels))
+    return images, labels
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "webdataset"])
+def test_a_gzipped_idx_pair_packs_with_the_shipped_mnist_specs(fmt, tmp_path):
+    images, labels = write_idx_pair(tmp_path, 40, gzip.open)
+    out = tmp_path / "mnist"
+    run("pack", tmp_path / "train-images-idx3-ubyte.gz", "--spec", "mnist-idx", "--labels",
+        tmp_path / "train-labels-idx1-ubyte.gz", "--label-spec", "mnist-idx-labels",
+        "--to", fmt, "-o", out, "-q")
+    samples = decoded(out)
+    manifest = packer.load_manifest(out)
+    assert manifest["source"]["compression"] == "gzip"
+    assert [int(manifest["classes"][s["cls"]]) for s in samples] == labels
+    assert all(np.array_equal(np.asarray(s["image.npy"]), images[i])
+               for i, s in enumerate(samples))
+    text = run("inspect-binary", tmp_path / "train-images-idx3-ubyte.gz", "--spec",
+               "mnist-idx").output
+    assert "(gzip, decompressed)" in text and "records: 40;" in text
+
+
+@pytest.mark.parametrize("opener", [bz2.open, lzma.open])
+def test_bz2_and_xz_dumps_are_read_as_their_contents(opener, tmp_path):
+    write_imu(tmp_path / "plain.bin", 20, "little")
+    with opener(tmp_path / "imu.bin.x", "wb") as file:
+        file.write((tmp_path / "plain.bin").read_bytes())
+    run("pack", tmp_path / "plain.bin", "--spec", "imu", "-o", tmp_path / "a", "-q")
+    run("pack", tmp_path / "imu.bin.x", "--spec", "imu", "-o", tmp_path / "b", "-q")
+    assert [s["accel.npy"].tolist() for s in decoded(tmp_path / "a")] == \
+        [s["accel.npy"].tolist() for s in decoded(tmp_path / "b")]
+
+
+def test_a_cut_gzip_dump_is_a_clear_error_and_the_copy_is_removed(tmp_path):
+    from packer.compressed import PlainFile
+
+    write_imu(tmp_path / "plain.bin", 2000, "little")
+    packed = gzip.compress((tmp_path / "plain.bin").read_bytes())
+    (tmp_path / "imu.bin.gz").write_bytes(packed[:len(packed) // 2])
+    out = run("pack", tmp_path / "imu.bin.gz", "--spec", "imu", "-o", tmp_path / "o",
+              expect=1).output
+    assert "imu.bin.gz: a gzip file that cannot be decompressed after" in out
+    assert "damaged or cut short" in out and "Traceback" not in out
+    (tmp_path / "whole.bin.gz").write_bytes(packed)
+    plain = PlainFile(tmp_path / "whole.bin.gz")
+    copy = plain.path
+    assert copy.name == "whole.bin" and copy.read_bytes() == (tmp_path / "plain.bin").read_bytes()
+    del plain
+    assert not copy.parent.exists()

@@ -23,6 +23,7 @@ from isal.isal_zlib import crc32
 
 from packer.binary.fields import Field
 from packer.binary.spec import Spec
+from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 
 CHUNK_BYTES = 16 * 2**20  # bytes of records read per step when scanning a whole dump
@@ -48,6 +49,11 @@ class Dump:
     count: int  # whole records to read (after --tail drop, if given)
     trailing: int  # bytes after those records
     checks: tuple[Check, ...]
+    plain: PlainFile | None = None  # where the bytes are read: path, or its decompressed copy
+
+    @property
+    def data_path(self) -> Path:
+        return self.plain.path if self.plain else self.path
 
     @property
     def ok(self) -> bool:
@@ -73,7 +79,8 @@ class Dump:
         if count == 0:
             return np.empty(0, dtype.newbyteorder("=") if native else dtype)
         offset = self.data_offset + start * dtype.itemsize
-        raw = np.fromfile(self.path, dtype=np.uint8, count=count * dtype.itemsize, offset=offset)
+        raw = np.fromfile(self.data_path, dtype=np.uint8, count=count * dtype.itemsize,
+                          offset=offset)
         records = raw.view(dtype)
         if not native or dtype.isnative:
             return records
@@ -97,7 +104,7 @@ class Dump:
             return crc32(raw)
         size = self.spec.record.size
         begin, length = self.data_offset + start * size, (stop - start) * size
-        with open(self.path, "rb") as source, ThreadPoolExecutor(1) as helper:
+        with open(self.data_path, "rb") as source, ThreadPoolExecutor(1) as helper:
             checksum = helper.submit(_crc32_of_range, source.fileno(), begin, length,
                                      self.path)
             _copy_range(source.fileno(), fd, begin, offset, length, self.path)
@@ -185,36 +192,41 @@ class _Totals:
                 "non_finite": self.non_finite}
 
 
-def open_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+def open_dump(path: str | Path, spec: Spec, tail: str | None = None,
+              plain: PlainFile | None = None) -> Dump:
     """The dump at path, checked against spec; raises DumpError if any check fails.
 
     tail: None follows the spec's `trailing`; "drop" packs the whole records and
     leaves out trailing bytes (a cut last record included); "error" refuses them."""
-    dump = examine_dump(path, spec, tail)
+    dump = examine_dump(path, spec, tail, plain)
     failed = next((c for c in dump.checks if not c.ok), None)
     if failed:
-        raise DumpError(f"{dump.path}: {failed.message}")
+        raise DumpError(f"{dump.path}{dump.plain.note}: {failed.message}")
     return dump
 
 
-def examine_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+def examine_dump(path: str | Path, spec: Spec, tail: str | None = None,
+                 plain: PlainFile | None = None) -> Dump:
     """The dump at path with every check's outcome; raises only for a file that is
-    missing, a folder or empty."""
+    missing, a folder or empty, or compressed and damaged. A compressed dump (gzip,
+    bz2, xz) is read from its decompressed copy: `plain`, or one made here."""
     path = Path(path)
-    size = dump_size(path)
+    dump_size(path)
+    plain = plain or PlainFile(path)
+    size = dump_size(plain.path)
     drop = tail == "drop" or (tail is None and spec.trailing == "ignore")
     header_size = spec.header.size
     if size < header_size:
         check = Check("header", False, f"{size:,} bytes, shorter than the {header_size:,}-byte "
                                        f"header the spec {spec.source} describes")
-        return Dump(path, spec, size, {}, 0, 0, (check,))
-    raw_header = read_bytes(path, 0, header_size)
+        return Dump(path, spec, size, {}, 0, 0, (check,), plain)
+    raw_header = read_bytes(plain.path, 0, header_size)
     header = header_values(raw_header, spec)
     checks = [_expect_check(f, raw_header, spec) for f in spec.header.fields if f.expect]
     count_check, count = _count_check(size, header, spec, drop, tail, raw_header)
     checks.append(count_check)
     trailing = size - header_size - count * spec.record.size
-    return Dump(path, spec, size, header, count, trailing, tuple(checks))
+    return Dump(path, spec, size, header, count, trailing, tuple(checks), plain)
 
 
 def dump_size(path: Path) -> int:

@@ -10,3 +10,12 @@ docs/tables.md.
 """
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".xlsx", ".xls", ".parquet")
+
+
+def table_suffix(path) -> str:
+    """`.csv` for data.csv and for data.csv.gz (.bz2, .xz): what the table is."""
+    from pathlib import Path
+
+    from packer.compressed import plain_name
+
+    return Path(plain_name(path)).suffix.lower()

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
+from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
 from packer.sources.base import Source
@@ -43,7 +44,8 @@ class BinaryDump(Source):
         self.path, self.spec_name = Path(path), options.spec
         self.tail, self.label_field = options.tail, options.label_field
         self.spec = load_spec(options.spec)
-        self.dump = open_dump(self.path, self.spec, self.tail)
+        self.plain = PlainFile(self.path)  # a compressed dump, decompressed once for all jobs
+        self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
         if not self.dump.count:
             layout = next(c.message for c in self.dump.checks if c.name == "records")
             raise PackerError(f"{self.path}: nothing to pack, the dump holds no records "
@@ -157,6 +159,7 @@ class BinaryDump(Source):
         dump = self.dump
         return {"source": {
             "kind": "binary", "path": str(self.path.resolve()), "spec": str(self.spec.source),
+            "compression": self.plain.compression,
             "byte_order": dump.byte_order, "header": _plain(dump.header),
             "records": dump.count, "record_size": self.spec.record.size,
             "trailing_bytes": dump.trailing, "window": self.windows.size if self.windows else None,
@@ -170,7 +173,7 @@ class BinaryDump(Source):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.dump = open_dump(self.path, self.spec, self.tail)
+        self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
 
 
 def _labels_file(path: Path, label_spec: str | None, records: int) -> np.ndarray:
