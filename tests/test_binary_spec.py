@@ -39,7 +39,8 @@ def imu_spec(order: str = "little", **replace: str):
 
 
 def test_shipped_specs_load_and_compile():
-    assert shipped_spec_names() == ["imu", "mnist-idx", "mnist-idx-labels", "pcm16"]
+    assert shipped_spec_names() == ["aiff", "imu", "kitti-velodyne", "mnist-idx",
+                                    "mnist-idx-labels", "pcm16", "wav"]
     imu = load_spec("imu")
     assert imu.record_dtype.itemsize == 36 and imu.header_dtype.itemsize == 64
     assert imu.record_dtype.names == ("timestamp_ns", "accel", "gyro", "status")
@@ -86,7 +87,8 @@ def test_padding_can_be_written_as_a_byte_count():
      "record.fields.gyro overlaps record.fields.accel at bytes 12..19"),
     ({'status = {type = "u2"}': 'status = {type = "float32"}'},
      "record.fields.status.type = 'float32' is not a type; use one of u1 u2 u4 u8 i1 i2 i4 "
-     "i8 f2 f4 f8, bytesN (e.g. bytes16) or padN (e.g. pad2)"),
+     "i8 f2 f4 f8, i3/u3 (24-bit, read as int32/uint32), bytesN (e.g. bytes16) or padN "
+     "(e.g. pad2)"),
     ({"size = 36": "size = 40"},
      "record.size = 40 but the fields end at byte 36: 4 bytes of each record are not "
      "described; add a field such as _pad = {type = \"pad4\"} or correct record.size"),
@@ -127,7 +129,7 @@ def test_invalid_toml_says_line_and_column(tmp_path):
 
 
 def test_a_missing_spec_lists_the_shipped_ones(tmp_path):
-    shipped = "imu, mnist-idx, mnist-idx-labels, pcm16"
+    shipped = "aiff, imu, kitti-velodyne, mnist-idx, mnist-idx-labels, pcm16, wav"
     with pytest.raises(UsageProblem, match=f"not a shipped spec .shipped: {shipped}"):
         load_spec(tmp_path / "nope.toml")
 

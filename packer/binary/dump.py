@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from isal.isal_zlib import crc32
 
+from packer.binary.chunks import ChunkProblem, file_spec
 from packer.binary.fields import Field
 from packer.binary.spec import Spec
 from packer.compressed import PlainFile
@@ -123,7 +124,7 @@ class Dump:
         totals = {f.name: _Totals() for f in numeric}
         for chunk in self.chunks(chunk_bytes):
             for field in numeric:
-                totals[field.name].add(chunk[field.name])
+                totals[field.name].add(field.values(chunk[field.name]))
         return {name: t.result() for name, t in totals.items()}
 
 
@@ -214,6 +215,12 @@ def examine_dump(path: str | Path, spec: Spec, tail: str | None = None,
     dump_size(path)
     plain = plain or PlainFile(path)
     size = dump_size(plain.path)
+    if spec.container:
+        try:
+            spec = file_spec(plain.path, size, spec)
+        except ChunkProblem as problem:
+            name, message = problem.args
+            return Dump(path, spec, size, {}, 0, 0, (Check(name, False, message),), plain)
     drop = tail == "drop" or (tail is None and spec.trailing == "ignore")
     header_size = spec.header.size
     if size < header_size:
@@ -221,7 +228,7 @@ def examine_dump(path: str | Path, spec: Spec, tail: str | None = None,
                                        f"header the spec {spec.source} describes")
         return Dump(path, spec, size, {}, 0, 0, (check,), plain)
     raw_header = read_bytes(plain.path, 0, header_size)
-    header = header_values(raw_header, spec)
+    header = {**header_values(raw_header, spec), **dict(spec.derived)}
     checks = [_expect_check(f, raw_header, spec) for f in spec.header.fields if f.expect]
     count_check, count = _count_check(size, header, spec, drop, tail, raw_header)
     checks.append(count_check)
@@ -258,7 +265,7 @@ def python_value(field: Field, value):
     """A field's decoded value as plain Python: bytes, int, float or nested lists."""
     if field.kind == "bytes":
         return np.asarray(value, dtype=np.uint8).tobytes()
-    return np.asarray(value).tolist()
+    return field.values(np.asarray(value)).tolist()
 
 
 def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
@@ -282,7 +289,7 @@ def describe_bytes(raw: bytes, field: Field, spec: Spec) -> str:
     hex_text = raw.hex(" ")
     if field.kind == "bytes":
         return f"{hex_text} ({raw.decode('latin-1')!r})"
-    value = np.frombuffer(raw, dtype=field.element)
+    value = field.values(np.frombuffer(raw, dtype=field.element).reshape(field.shape))
     return f"{value.item() if value.size == 1 else value.tolist()} ({hex_text})"
 
 
@@ -312,8 +319,8 @@ def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail,
         return Check("records", False, problem), 0
     if _contradicts(declared, whole):
         return _contradiction_check(spec, layout, declared, whole), 0
-    if declared > whole:
-        return _short_check(spec, layout, declared, whole, cut, drop, why_dropped)
+    if declared > whole:  # records missing: only --tail drop packs the rest, not trailing
+        return _short_check(spec, layout, declared, whole, cut, tail == "drop", "--tail drop")
     return _extra_check(spec, size, declared, drop, why_dropped)
 
 

@@ -38,7 +38,12 @@ class BinaryDump(Source):
     """One dump as records or windows; picklable (the dump is reopened per job)."""
 
     kind = "binary"
-    SHAPES = (RECORDS, SAMPLES)
+
+    @property
+    def SHAPES(self) -> tuple[str, ...]:  # noqa: N802 (the protocol's name)
+        # 24-bit fields are widened when read, so the records are not copied as they are
+        widened = any(f.widened for f in self.spec.record.fields)
+        return (SAMPLES,) if widened else (RECORDS, SAMPLES)
 
     def __init__(self, path: Path, options):
         self.path, self.spec_name = Path(path), options.spec
@@ -46,6 +51,7 @@ class BinaryDump(Source):
         self.spec = load_spec(options.spec)
         self.plain = PlainFile(self.path)  # a compressed dump, decompressed once for all jobs
         self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
+        self.spec = self.dump.spec  # a chunked file's (WAV, AIFF) own layout
         if not self.dump.count:
             layout = next(c.message for c in self.dump.checks if c.name == "records")
             raise PackerError(f"{self.path}: nothing to pack, the dump holds no records "
@@ -79,7 +85,7 @@ class BinaryDump(Source):
             raise UsageProblem(f"--label-field {self.label_field}: the spec's record fields "
                                f"are {', '.join(fields)}")
         field = fields[self.label_field]
-        if field.shape:  # an array, or bytesN
+        if field.shape:  # an array, bytesN, or i3/u3
             numbers = [name for name, f in fields.items() if not f.shape]
             shape = list(field.spec_shape) if field.spec_shape else ""
             raise UsageProblem(f"--label-field {self.label_field}: a label is one number per "
@@ -89,8 +95,8 @@ class BinaryDump(Source):
     @property
     def field_specs(self) -> dict[str, dict]:
         window = [self.windows.size] if self.windows else []
-        specs = {f"{f.name}.npy": {"dtype": f.element.newbyteorder("=").name,
-                                   "shape": window + list(f.shape)}
+        specs = {f"{f.name}.npy": {"dtype": f.value_dtype.name,
+                                   "shape": window + list(f.spec_shape)}
                  for f in self.spec.record.fields
                  if f.kind != "pad" and f.name != self.label_field}
         if self.values is not None:
@@ -226,7 +232,7 @@ class BinaryFolder:
         self.scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                                       follow_symlinks=options.follow_symlinks,
                                       labels_encoding=options.encoding)
-        names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
+        names = self.spec.field_names
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
         self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)
                                  if f.lower() in SIDECAR_FIELDS})
@@ -261,8 +267,8 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
                 sample[field_name] = read_file(f"{root}/{rel_path}")
                 continue
             try:
-                arrays = record_arrays(open_dump(Path(root) / rel_path, spec, tail).records(),
-                                       spec)
+                dump = open_dump(Path(root) / rel_path, spec, tail)
+                arrays = record_arrays(dump.records(), dump.spec)  # a chunked file's own spec
             except PackerError as err:
                 out.append((None, [{"path": rel_path, "reason": str(err).split(": ", 1)[-1]}]))
                 break
