@@ -161,6 +161,9 @@ class BinaryDump(Source):
         for first in range(start, self.count, size):
             yield self, first, min(size, self.count - first)
 
+    def keys(self, first: int, count: int) -> list[str]:
+        return index_keys(first, count)
+
     def describe(self, options) -> dict:
         dump = self.dump
         return {"source": {

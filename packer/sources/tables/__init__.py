@@ -26,7 +26,13 @@ OPTIONS.update(sheet=Applies(frozenset({EXCEL})), header_row=Applies(frozenset({
 UNCLAIMED = ("a table must end in " + ", ".join(TABLE_SUFFIXES[:-1]) + " or "
              + TABLE_SUFFIXES[-1] + " (compressed: also .gz, .bz2 or .xz)")
 RECORDED_AS = ("table",)
-against = None
+AGAINST_FILES = True  # --against takes the table file
+
+
+def against(manifest: dict, path: Path):
+    from packer.sources.compare import table_against
+
+    return table_against(manifest, path)
 
 
 def claims(path: Path, spec: str | None) -> str | None:
