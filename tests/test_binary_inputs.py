@@ -113,3 +113,22 @@ def test_a_cut_gzip_dump_is_a_clear_error_and_the_copy_is_removed(tmp_path):
     assert copy.name == "whole.bin" and copy.read_bytes() == (tmp_path / "plain.bin").read_bytes()
     del plain
     assert not copy.parent.exists()
+
+
+def test_the_readme_spec_for_a_new_logger_reads_such_a_logger(tmp_path):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### A spec for a new logger", 1)[1]
+    (tmp_path / "log2.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    rows = [(i * 10, i, -i, 3 * i, -(2**23) + i * 1000) for i in range(50)]
+    header = b"LOG2" + struct.pack(">H", 2) + bytes(10) + struct.pack(">Q", len(rows))
+    body = b"".join(struct.pack(">I3h", *row[:4]) + (row[4] % 2**24).to_bytes(3, "big")
+                    + bytes(7) for row in rows)
+    (tmp_path / "log.bin").write_bytes(header.ljust(32, b"\0") + body)
+    run("pack", tmp_path / "log.bin", "--spec", tmp_path / "log2.toml", "-o", tmp_path / "o",
+        "-q")
+    samples = decoded(tmp_path / "o")
+    assert [int(s["ms.npy"]) for s in samples] == [r[0] for r in rows]
+    assert [s["accel.npy"].tolist() for s in samples] == [list(r[1:4]) for r in rows]
+    assert [int(s["pressure.npy"]) for s in samples] == [r[4] for r in rows]
