@@ -98,6 +98,27 @@ def _riff_spec(file, start: bytes, size: int, spec: Spec) -> Spec:
     if b"data" not in ids:
         raise _missing("RIFF", "data", chunks)
     fmt, fmt_size = ids[b"fmt "]
+    kind, channels = _wav_format(file, fmt, fmt_size, order)
+    data, _ = ids[b"data"]
+    fields = [_field("riff", "bytes4", 0, order, expect=start[:4]),
+              _field("riff_size", "u4", 4, order),
+              _field("wave", "bytes4", 8, order, expect=b"WAVE"),
+              _field("fmt", "bytes4", fmt, order, expect=b"fmt "),
+              _field("fmt_size", "u4", fmt + 4, order),
+              _field("audio_format", "u2", fmt + 8, order),
+              _field("num_channels", "u2", fmt + 10, order),
+              _field("sample_rate", "u4", fmt + 12, order),
+              _field("byte_rate", "u4", fmt + 16, order),
+              _field("block_align", "u2", fmt + 20, order),
+              _field("bits_per_sample", "u2", fmt + 22, order),
+              _field("data", "bytes4", data, order, expect=b"data"),
+              _field("data_bytes", "u4", data + 4, order)]
+    return _plain_spec(spec, order, fields, data + 8, _sample(kind, order, channels),
+                       ("header", "data_bytes", "bytes"), ())
+
+
+def _wav_format(file, fmt: int, fmt_size: int, order: str) -> tuple[str, int]:
+    """The sample type and channel count of the format chunk at `fmt`, checked."""
     if fmt_size < 16:
         raise ChunkProblem("fmt", f"fmt_size at offset {fmt + 4}: {fmt_size}, too short for a "
                                   "WAV format chunk (16 bytes or more)")
@@ -120,22 +141,7 @@ def _riff_spec(file, start: bytes, size: int, spec: Spec) -> Spec:
                                   "packer reads 8, 16, 24 or 32-bit PCM and 32 or 64-bit float")
     _check_channels(fmt + 10, channels)
     _check_frame("block_align", fmt + 20, block_align, channels, bits)
-    data, _ = ids[b"data"]
-    fields = [_field("riff", "bytes4", 0, order, expect=start[:4]),
-              _field("riff_size", "u4", 4, order),
-              _field("wave", "bytes4", 8, order, expect=b"WAVE"),
-              _field("fmt", "bytes4", fmt, order, expect=b"fmt "),
-              _field("fmt_size", "u4", fmt + 4, order),
-              _field("audio_format", "u2", fmt + 8, order),
-              _field("num_channels", "u2", fmt + 10, order),
-              _field("sample_rate", "u4", fmt + 12, order),
-              _field("byte_rate", "u4", fmt + 16, order),
-              _field("block_align", "u2", fmt + 20, order),
-              _field("bits_per_sample", "u2", fmt + 22, order),
-              _field("data", "bytes4", data, order, expect=b"data"),
-              _field("data_bytes", "u4", data + 4, order)]
-    return _plain_spec(spec, order, fields, data + 8, _sample(kind, order, channels),
-                       ("header", "data_bytes", "bytes"), ())
+    return kind, channels
 
 
 def _check_channels(offset: int, channels: int) -> None:
