@@ -132,3 +132,11 @@ def test_the_readme_spec_for_a_new_logger_reads_such_a_logger(tmp_path):
     assert [int(s["ms.npy"]) for s in samples] == [r[0] for r in rows]
     assert [s["accel.npy"].tolist() for s in samples] == [list(r[1:4]) for r in rows]
     assert [int(s["pressure.npy"]) for s in samples] == [r[4] for r in rows]
+
+
+def test_an_empty_compressed_dump_names_the_file_not_its_copy(tmp_path):
+    (tmp_path / "imu.bin.gz").write_bytes(gzip.compress(b""))
+    out = run("pack", tmp_path / "imu.bin.gz", "--spec", "imu", "-o", tmp_path / "o",
+              expect=1).output
+    assert f"{tmp_path / 'imu.bin.gz'} (gzip, decompressed): the contents are empty" in out
+    assert "packer-plain" not in out

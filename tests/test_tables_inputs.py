@@ -103,3 +103,13 @@ def test_the_summary_names_the_sheet_and_the_other_sheets(tmp_path):
     assert "sheet 'Data'; other sheets: 'Notes' (--sheet NAME packs one)" in out
     assert "header: row 3, first data row 4" in out
     assert "label 'label': 2 classes: 0 a, 1 b" in out
+
+
+def test_a_table_is_read_by_its_bytes_not_its_name(tmp_path):
+    (tmp_path / "plain.csv.gz").write_text("a,b\n1,2\n3,4\n")  # named .gz, not compressed
+    run("pack", tmp_path / "plain.csv.gz", "-o", tmp_path / "o", "-q")
+    assert packer.load_manifest(tmp_path / "o")["source"]["compression"] is None
+    with gzip.open(tmp_path / "hidden.csv", "wt") as file:  # compressed, named .csv
+        file.write("a,b\n1,2\n3,4\n")
+    out = run("pack", tmp_path / "hidden.csv", "-o", tmp_path / "p").output
+    assert "read from gzip-compressed" in out and "packed 2 samples" in out

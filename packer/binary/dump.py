@@ -208,7 +208,7 @@ def examine_dump(path: str | Path, spec: Spec, tail: str | None = None,
     path = Path(path)
     dump_size(path)
     plain = plain or PlainFile(path)
-    size = dump_size(plain.path)
+    size = plain_size(path, plain)
     if spec.container:
         try:
             spec = file_spec(plain.path, size, spec)
@@ -238,6 +238,14 @@ def dump_size(path: Path) -> int:
     size = path.stat().st_size
     if size == 0:
         raise DumpError(f"{path}: the file is empty (0 bytes); nothing to read")
+    return size
+
+
+def plain_size(path: Path, plain: PlainFile) -> int:
+    """The size of a file's contents (decompressed, if it is compressed)."""
+    size = plain.path.stat().st_size
+    if size == 0:
+        raise DumpError(f"{path}{plain.note}: the contents are empty (0 bytes); nothing to read")
     return size
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from packer.binary.dump import Dump, dump_size, examine_dump
+from packer.binary.dump import Dump, dump_size, examine_dump, plain_size
 from packer.binary.hexview import hex_report, render_hex_report
 from packer.binary.overlay import SHOWN_BYTES, json_value, overlay_report, value_text
 from packer.binary.spec import load_spec
@@ -54,7 +54,7 @@ def inspect_binary_file(path: str | Path, spec: str | Path | None = None, *,
 def _plain_hex_report(path: Path, offset: int, length: int) -> dict:
     dump_size(path)
     plain = PlainFile(path)  # a compressed file shows its contents, as a spec reads them
-    size = dump_size(plain.path)
+    size = plain_size(path, plain)
     if offset >= size:
         raise UsageProblem(f"--offset {offset:,}: {path}{plain.note} has only {size:,} bytes")
     return {**hex_report(plain.path, size, offset, length), "file": str(path),
@@ -136,7 +136,8 @@ def _render_overlay(report: dict, color: bool) -> str:
     shown = report["shown"]
     span = (f"records {report['first']:,}..{report['first'] + shown - 1:,} of "
             f"{report['count']:,}" if shown else f"no records shown ({report['count']:,} whole)")
-    lines = [f"{report['file']}: {report['size']:,} bytes; spec {report['spec']} "
+    compressed = f" ({report['compression']}, decompressed)" if report["compression"] else ""
+    lines = [f"{report['file']}: {report['size']:,} bytes{compressed}; spec {report['spec']} "
              f"({report['byte_order']}-endian); {span}"]
     if not color:
         lines.append(LEGEND)

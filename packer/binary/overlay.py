@@ -30,6 +30,7 @@ def overlay_report(dump: Dump, first: int = 0, count: int = 3,
     if count > 0 and first + count == dump.count and dump.trailing:
         rows.append(_trailing_row(dump))
     return {"mode": "overlay", "file": str(dump.path), "size": dump.size,
+            "compression": dump.plain.compression if dump.plain else None,
             "spec": dump.spec.source, "byte_order": dump.byte_order, "count": dump.count,
             "first": first, "shown": count, "both_orders": both_orders,
             "rows": rows, "checks": [asdict(c) for c in dump.checks], "ok": dump.ok}

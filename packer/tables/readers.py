@@ -248,7 +248,9 @@ class CsvTable(Table):
         # is too long without a word, and ragged rows must be reported.
         try:
             # header=N rather than skiprows: pandas checks skiprows line by line (slow)
+            # compression=None: the bytes are plain (PlainFile), whatever the name says
             reader = pd.read_csv(self.data, sep=self.delimiter, encoding=self.encoding,
+                                 compression=None,
                                  header=self.header_index, skiprows=self.skip_after or None,
                                  index_col=False, chunksize=rows, decimal=self.decimal,
                                  keep_default_na=False, na_values=[""],
