@@ -113,3 +113,13 @@ def test_a_table_is_read_by_its_bytes_not_its_name(tmp_path):
         file.write("a,b\n1,2\n3,4\n")
     out = run("pack", tmp_path / "hidden.csv", "-o", tmp_path / "p").output
     assert "read from gzip-compressed" in out and "packed 2 samples" in out
+
+
+def test_accents_first_met_past_the_first_mebibyte_decide_the_encoding(tmp_path):
+    rows = "".join(f"{i},{i % 5},Paris\n" for i in range(120_000))  # about 1.6 MB of ASCII
+    text = "id,z,city\n" + rows + "".join(f"{i},1,Montréal\n" for i in range(50))
+    (tmp_path / "t.csv").write_bytes(text.encode("cp1252"))
+    out = run("pack", tmp_path / "t.csv", "--categorical", "city", "-o", tmp_path / "o").output
+    manifest = packer.load_manifest(tmp_path / "o")
+    assert manifest["source"]["encoding"] != "utf-8" and "encoding: " in out
+    assert manifest["table"]["categorical"]["city"] == ["Montréal", "Paris"]

@@ -1,6 +1,7 @@
 """Tables (CSV, TSV, Excel, Parquet) as numeric features and labels.
 
-    readers.py   open a table: encoding, delimiter, sheet, header row; chunks of rows
+    readers.py   open a table: delimiter, sheet, header row; chunks of rows
+    encoding.py  a text table's encoding, from lines over the whole file
     convert.py   which columns are features, labels, keys; checked conversion to numbers
     stats.py     running per-column count, mean, std, min, max
     inspect.py   what `packer inspect-table` shows
