@@ -39,7 +39,8 @@ def imu_spec(order: str = "little", **replace: str):
 
 
 def test_shipped_specs_load_and_compile():
-    assert shipped_spec_names() == ["imu", "mnist-idx", "mnist-idx-labels", "pcm16"]
+    assert shipped_spec_names() == ["aiff", "imu", "kitti-velodyne", "mnist-idx",
+                                    "mnist-idx-labels", "pcm16", "wav"]
     imu = load_spec("imu")
     assert imu.record_dtype.itemsize == 36 and imu.header_dtype.itemsize == 64
     assert imu.record_dtype.names == ("timestamp_ns", "accel", "gyro", "status")
@@ -86,7 +87,8 @@ def test_padding_can_be_written_as_a_byte_count():
      "record.fields.gyro overlaps record.fields.accel at bytes 12..19"),
     ({'status = {type = "u2"}': 'status = {type = "float32"}'},
      "record.fields.status.type = 'float32' is not a type; use one of u1 u2 u4 u8 i1 i2 i4 "
-     "i8 f2 f4 f8, bytesN (e.g. bytes16) or padN (e.g. pad2)"),
+     "i8 f2 f4 f8, i3/u3 (24-bit, read as int32/uint32), bytesN (e.g. bytes16) or padN "
+     "(e.g. pad2)"),
     ({"size = 36": "size = 40"},
      "record.size = 40 but the fields end at byte 36: 4 bytes of each record are not "
      "described; add a field such as _pad = {type = \"pad4\"} or correct record.size"),
@@ -127,7 +129,7 @@ def test_invalid_toml_says_line_and_column(tmp_path):
 
 
 def test_a_missing_spec_lists_the_shipped_ones(tmp_path):
-    shipped = "imu, mnist-idx, mnist-idx-labels, pcm16"
+    shipped = "aiff, imu, kitti-velodyne, mnist-idx, mnist-idx-labels, pcm16, wav"
     with pytest.raises(UsageProblem, match=f"not a shipped spec .shipped: {shipped}"):
         load_spec(tmp_path / "nope.toml")
 
@@ -179,7 +181,7 @@ def test_wrong_magic_names_offset_expected_and_found(tmp_path):
     with pytest.raises(DumpError) as err:
         open_dump(path, imu_spec())
     assert str(err.value) == (
-        f"{path}: at offset 0: expected 49 4d 55 31 ('IMU1'), found 58 59 5a 31 ('XYZ1'); "
+        f"{path}: magic at offset 0: expected 49 4d 55 31 ('IMU1'), found 58 59 5a 31 ('XYZ1'); "
         f"this file does not look like what imu.toml describes")
 
 
@@ -265,7 +267,8 @@ def test_pcm16_wav_written_by_the_wave_module(tmp_path):
 
 def test_a_stereo_wav_fails_the_mono_spec_at_the_channel_count(tmp_path):
     path = write_wav(tmp_path / "s.wav", np.zeros(20, np.int16), channels=2)
-    with pytest.raises(DumpError, match="at offset 22: expected 1 .01 00., found 2 .02 00."):
+    with pytest.raises(DumpError,
+                       match="num_channels at offset 22: expected 1 .01 00., found 2 .02 00."):
         open_dump(path, load_spec("pcm16"))
 
 

@@ -74,7 +74,8 @@ def test_spec_summary_has_header_count_stats_and_checks(tmp_path):
     path = write_imu(tmp_path / "imu.bin", 10)
     text = run(path, "--spec", "imu").output
     assert "  n_records       10" in text and "records: 10; trailing bytes: 0" in text
-    assert "  ok    header.fields.magic: at offset 0: 49 4d 55 31 ('IMU1') as expected" in text
+    assert ("  ok    header.fields.magic: magic at offset 0: 49 4d 55 31 ('IMU1') as "
+            "expected") in text
     assert "  ok    records: 424 bytes = 64 header + 10 records of 36 (header.n_records)" in text
     assert ["status", "u2", "32", "0", "2", "0.9"] in [line.split() for line in text.splitlines()]
     report = json.loads(run(path, "--spec", "imu", "--json").output)
@@ -125,7 +126,8 @@ def test_a_wrong_magic_is_shown_over_the_bytes(tmp_path):
     path.write_bytes(bytes(data))
     result = run(path, "--spec", "imu", "--hex", expect=1)
     assert re.search(r"\[49 4d 55 32\] +'IMU2'  expected 49 4d 55 31\n", result.output)
-    assert "FAIL  header.fields.magic: at offset 0: expected 49 4d 55 31 ('IMU1')" in result.output
+    assert ("FAIL  header.fields.magic: magic at offset 0: expected 49 4d 55 31 ('IMU1')"
+            in result.output)
 
 
 def test_cut_bytes_at_the_end_are_shown_as_trailing(tmp_path):

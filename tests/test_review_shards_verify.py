@@ -45,8 +45,10 @@ def test_verify_against_a_table_says_what_against_takes(tmp_path):
     table = tmp_path / "t.csv"
     table.write_text("a,y\n1,x\n2,y\n")
     run("pack", table, "--label-column", "y", "-o", tmp_path / "w", "-q")
-    result = run("verify", tmp_path / "w", "--against", table, expect=2)
-    assert "--against takes the source folder of a dataset packed from files" in result.output
+    assert "OK: 2 samples" in run("verify", tmp_path / "w", "--against", table).output
+    result = run("verify", tmp_path / "w", "--against", tmp_path, expect=2)
+    assert "not a file; this dataset was packed from a table, so --against takes that file" \
+        in result.output
 
 
 def test_fields_that_differ_only_in_case_are_never_one_sample(tmp_path):

@@ -19,8 +19,11 @@ from pathlib import Path
 import numpy as np
 from isal.isal_zlib import crc32
 
+from packer.binary.chunks import ChunkProblem, file_spec
+from packer.binary.counts import Check, count_check
 from packer.binary.fields import Field
 from packer.binary.spec import Spec
+from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 
 CHUNK_BYTES = 16 * 2**20  # bytes of records read per step when scanning a whole dump
@@ -32,13 +35,6 @@ class DumpError(PackerError):
 
 
 @dataclass(frozen=True)
-class Check:
-    name: str  # "header.magic", "records", ...
-    ok: bool
-    message: str
-
-
-@dataclass(frozen=True)
 class Dump:
     path: Path
     spec: Spec
@@ -47,6 +43,11 @@ class Dump:
     count: int  # whole records to read (after --tail drop, if given)
     trailing: int  # bytes after those records
     checks: tuple[Check, ...]
+    plain: PlainFile | None = None  # where the bytes are read: path, or its decompressed copy
+
+    @property
+    def data_path(self) -> Path:
+        return self.plain.path if self.plain else self.path
 
     @property
     def ok(self) -> bool:
@@ -72,7 +73,8 @@ class Dump:
         if count == 0:
             return np.empty(0, dtype.newbyteorder("=") if native else dtype)
         offset = self.data_offset + start * dtype.itemsize
-        raw = np.fromfile(self.path, dtype=np.uint8, count=count * dtype.itemsize, offset=offset)
+        raw = np.fromfile(self.data_path, dtype=np.uint8, count=count * dtype.itemsize,
+                          offset=offset)
         if raw.size != count * dtype.itemsize:
             raise _shrank(self.path)
         records = raw.view(dtype)
@@ -99,7 +101,7 @@ class Dump:
             return crc32(raw)
         size = self.spec.record.size
         begin, length = self.data_offset + start * size, (stop - start) * size
-        with open(self.path, "rb") as source, ThreadPoolExecutor(1) as helper:
+        with open(self.data_path, "rb") as source, ThreadPoolExecutor(1) as helper:
             checksum = helper.submit(_crc32_of_range, source.fileno(), begin, length,
                                      self.path)
             _copy_range(source.fileno(), fd, begin, offset, length, self.path)
@@ -118,7 +120,7 @@ class Dump:
         totals = {f.name: _Totals() for f in numeric}
         for chunk in self.chunks(chunk_bytes):
             for field in numeric:
-                totals[field.name].add(chunk[field.name])
+                totals[field.name].add(field.values(chunk[field.name]))
         return {name: t.result() for name, t in totals.items()}
 
 
@@ -190,36 +192,47 @@ class _Totals:
                 "non_finite": self.non_finite}
 
 
-def open_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+def open_dump(path: str | Path, spec: Spec, tail: str | None = None,
+              plain: PlainFile | None = None) -> Dump:
     """The dump at path, checked against spec; raises DumpError if any check fails.
 
     tail: None follows the spec's `trailing`; "drop" packs the whole records and
     leaves out trailing bytes (a cut last record included); "error" refuses them."""
-    dump = examine_dump(path, spec, tail)
+    dump = examine_dump(path, spec, tail, plain)
     failed = next((c for c in dump.checks if not c.ok), None)
     if failed:
-        raise DumpError(f"{dump.path}: {failed.message}")
+        raise DumpError(f"{dump.path}{dump.plain.note}: {failed.message}")
     return dump
 
 
-def examine_dump(path: str | Path, spec: Spec, tail: str | None = None) -> Dump:
+def examine_dump(path: str | Path, spec: Spec, tail: str | None = None,
+                 plain: PlainFile | None = None) -> Dump:
     """The dump at path with every check's outcome; raises only for a file that is
-    missing, a folder or empty."""
+    missing, a folder or empty, or compressed and damaged. A compressed dump (gzip,
+    bz2, xz) is read from its decompressed copy: `plain`, or one made here."""
     path = Path(path)
-    size = dump_size(path)
+    dump_size(path)
+    plain = plain or PlainFile(path)
+    size = plain_size(path, plain)
+    if spec.container:
+        try:
+            spec = file_spec(plain.path, size, spec)
+        except ChunkProblem as problem:
+            name, message = problem.args
+            return Dump(path, spec, size, {}, 0, 0, (Check(name, False, message),), plain)
     drop = tail == "drop" or (tail is None and spec.trailing == "ignore")
     header_size = spec.header.size
     if size < header_size:
         check = Check("header", False, f"{size:,} bytes, shorter than the {header_size:,}-byte "
                                        f"header the spec {spec.source} describes")
-        return Dump(path, spec, size, {}, 0, 0, (check,))
-    raw_header = read_bytes(path, 0, header_size)
-    header = header_values(raw_header, spec)
+        return Dump(path, spec, size, {}, 0, 0, (check,), plain)
+    raw_header = read_bytes(plain.path, 0, header_size)
+    header = {**header_values(raw_header, spec), **dict(spec.derived)}
     checks = [_expect_check(f, raw_header, spec) for f in spec.header.fields if f.expect]
-    count_check, count = _count_check(size, header, spec, drop, tail)
-    checks.append(count_check)
+    records_check, count = count_check(size, header, spec, drop, tail, raw_header)
+    checks.append(records_check)
     trailing = size - header_size - count * spec.record.size
-    return Dump(path, spec, size, header, count, trailing, tuple(checks))
+    return Dump(path, spec, size, header, count, trailing, tuple(checks), plain)
 
 
 def dump_size(path: Path) -> int:
@@ -230,6 +243,14 @@ def dump_size(path: Path) -> int:
     size = path.stat().st_size
     if size == 0:
         raise DumpError(f"{path}: the file is empty (0 bytes); nothing to read")
+    return size
+
+
+def plain_size(path: Path, plain: PlainFile) -> int:
+    """The size of a file's contents (decompressed, if it is compressed)."""
+    size = plain.path.stat().st_size
+    if size == 0:
+        raise DumpError(f"{path}{plain.note}: the contents are empty (0 bytes); nothing to read")
     return size
 
 
@@ -251,12 +272,12 @@ def python_value(field: Field, value):
     """A field's decoded value as plain Python: bytes, int, float or nested lists."""
     if field.kind == "bytes":
         return np.asarray(value, dtype=np.uint8).tobytes()
-    return np.asarray(value).tolist()
+    return field.values(np.asarray(value)).tolist()
 
 
 def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
     found = raw_header[field.offset:field.end]
-    where = f"at offset {field.offset}"
+    where = f"{field.name} at offset {field.offset}"
     if found == field.expect:
         return Check(field.key, True, f"{where}: {describe_bytes(found, field, spec)} "
                                       f"as expected")
@@ -275,72 +296,5 @@ def describe_bytes(raw: bytes, field: Field, spec: Spec) -> str:
     hex_text = raw.hex(" ")
     if field.kind == "bytes":
         return f"{hex_text} ({raw.decode('latin-1')!r})"
-    value = np.frombuffer(raw, dtype=field.element)
+    value = field.values(np.frombuffer(raw, dtype=field.element).reshape(field.shape))
     return f"{value.item() if value.size == 1 else value.tolist()} ({hex_text})"
-
-
-def _count_check(size: int, header: dict, spec: Spec, drop: bool, tail) -> tuple[Check, int]:
-    """The records check and the number of whole records to read."""
-    header_size, record_size = spec.header.size, spec.record.size
-    whole, cut = divmod(size - header_size, record_size)
-    layout = f"{size:,} bytes = {header_size:,} header + {whole:,} records of {record_size:,}"
-    cut_record = (f"record {whole:,} starts at offset {header_size + whole * record_size:,} "
-                  f"and is cut after {cut:,} of its {record_size:,} bytes")
-    why_dropped = "--tail drop" if tail == "drop" else f"trailing = \"ignore\" in {spec.source}"
-    if spec.count_from == "file_size":
-        if not cut:
-            return Check("records", True, layout), whole
-        layout += f" + {cut:,} trailing bytes"
-        if drop:
-            return Check("records", True, f"{layout}, left out ({why_dropped})"), whole
-        return Check("records", False, f"{layout}; {cut_record}; pass --tail drop to pack "
-                                       f"the {whole:,} whole records"), whole
-    declared, problem = _declared_count(header, spec)
-    if problem:
-        return Check("records", False, problem), 0
-    said = f"header.{spec.count_field} says {declared:,} records"
-    if declared > whole:
-        holds = f"{said}, but {layout}" + (f" + {cut:,} bytes; {cut_record}" if cut else "")
-        if drop:
-            return Check("records", True, f"{holds}; reading the {whole:,} whole records "
-                                          f"({why_dropped})"), whole
-        return Check("records", False, f"{holds}; the dump is cut short or the count is "
-                                       f"wrong; pass --tail drop to pack the {whole:,} "
-                                       f"whole records"), whole
-    extra = size - header_size - declared * record_size
-    layout = (f"{size:,} bytes = {header_size:,} header + {declared:,} records of "
-              f"{record_size:,} (header.{spec.count_field})")
-    if not extra:
-        return Check("records", True, layout), declared
-    layout += f" + {extra:,} trailing bytes"
-    if drop:
-        return Check("records", True, f"{layout}, left out ({why_dropped})"), declared
-    more, cut = divmod(extra, record_size)
-    if more:  # whole records beyond the count
-        layout += (f", {more:,} whole record{'s' if more > 1 else ''}"
-                   f"{f' and {cut:,} bytes' if cut else ''} more than "
-                   f"header.{spec.count_field} says: the header count disagrees with the "
-                   f"file size, or other data follows the records")
-    else:
-        layout += (f", less than a record: record {declared:,} would start at offset "
-                   f"{header_size + declared * record_size:,} and is cut after {cut:,} of its "
-                   f"{record_size:,} bytes, or these are bytes after the records")
-    return Check("records", False, f"{layout}; pass --tail drop to pack the {declared:,} "
-                                   f"records and leave the rest out, or set trailing = "
-                                   f"\"ignore\" in {spec.source} if bytes after the records "
-                                   f"are expected"), declared
-
-
-def _declared_count(header: dict, spec: Spec) -> tuple[int, str | None]:
-    """The header's record count, or a message saying why it is unusable."""
-    value, record_size = header[spec.count_field], spec.record.size
-    where = f"header.{spec.count_field} = {value:,}"
-    if value < 0:
-        return 0, f"{where} is negative; it cannot be a count"
-    if spec.count_unit == "records":
-        return value, None
-    records, rest = divmod(value, record_size)
-    if rest:
-        return 0, (f"{where} bytes is not a whole number of {record_size}-byte records "
-                   f"({records:,} records + {rest} bytes); check the spec's record fields")
-    return records, None

@@ -112,7 +112,9 @@ def hex_report(path: Path, size: int, offset: int, length: int) -> dict:
 
 def render_hex_report(report: dict) -> str:
     first, count = report["offset"], report["length"]
-    lines = [f"{report['file']}: {report['size']:,} bytes; bytes {first:,}..{first + count - 1:,} "
+    compressed = f" ({report['compression']}, decompressed)" if report.get("compression") else ""
+    lines = [f"{report['file']}: {report['size']:,} bytes{compressed}; bytes {first:,}.."
+             f"{first + count - 1:,} "
              f"shown (0x{first:x}..0x{first + count - 1:x})", ""]
     lines += [format_hex_line(line) for line in report["lines"]]
     lines += ["", "hints for writing a spec:"]

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import click
 
-from packer.binary.dump import Dump, dump_size, examine_dump
+from packer.binary.dump import Dump, dump_size, examine_dump, plain_size
 from packer.binary.hexview import hex_report, render_hex_report
 from packer.binary.overlay import SHOWN_BYTES, json_value, overlay_report, value_text
 from packer.binary.spec import load_spec
+from packer.compressed import PlainFile
 from packer.errors import UsageProblem
 
 DEFAULT_LENGTH = 256
@@ -51,10 +52,13 @@ def inspect_binary_file(path: str | Path, spec: str | Path | None = None, *,
 
 
 def _plain_hex_report(path: Path, offset: int, length: int) -> dict:
-    size = dump_size(path)
+    dump_size(path)
+    plain = PlainFile(path)  # a compressed file shows its contents, as a spec reads them
+    size = plain_size(path, plain)
     if offset >= size:
-        raise UsageProblem(f"--offset {offset:,}: {path} has only {size:,} bytes")
-    return hex_report(path, size, offset, length)
+        raise UsageProblem(f"--offset {offset:,}: {path}{plain.note} has only {size:,} bytes")
+    return {**hex_report(plain.path, size, offset, length), "file": str(path),
+            "compression": plain.compression}
 
 
 def spec_report(dump: Dump) -> dict:
@@ -63,6 +67,7 @@ def spec_report(dump: Dump) -> dict:
     fields = [{"name": f.name, "type": f.type, "shape": list(f.spec_shape), "offset": f.offset,
                **stats.get(f.name, {})} for f in spec.record.fields if f.kind != "pad"]
     return {"mode": "spec", "file": str(dump.path), "size": dump.size, "spec": spec.source,
+            "compression": dump.plain.compression if dump.plain else None,
             "description": spec.description, "byte_order": dump.byte_order,
             "header_size": spec.header.size, "record_size": spec.record.size,
             "header": {k: json_value(v) for k, v in dump.header.items()},
@@ -81,7 +86,9 @@ def render_report(report: dict, color: bool = False) -> str:
 
 def _render_spec(report: dict, color: bool) -> str:
     description = f" ({report['description']})" if report["description"] else ""
-    lines = [f"{report['file']}: {report['size']:,} bytes; spec {report['spec']}{description}",
+    compressed = f" ({report['compression']}, decompressed)" if report["compression"] else ""
+    lines = [f"{report['file']}: {report['size']:,} bytes{compressed}; spec {report['spec']}"
+             f"{description}",
              f"byte order: {report['byte_order']}-endian; header {report['header_size']:,} "
              f"bytes; records of {report['record_size']:,} bytes"]
     if report["header"]:
@@ -129,7 +136,8 @@ def _render_overlay(report: dict, color: bool) -> str:
     shown = report["shown"]
     span = (f"records {report['first']:,}..{report['first'] + shown - 1:,} of "
             f"{report['count']:,}" if shown else f"no records shown ({report['count']:,} whole)")
-    lines = [f"{report['file']}: {report['size']:,} bytes; spec {report['spec']} "
+    compressed = f" ({report['compression']}, decompressed)" if report["compression"] else ""
+    lines = [f"{report['file']}: {report['size']:,} bytes{compressed}; spec {report['spec']} "
              f"({report['byte_order']}-endian); {span}"]
     if not color:
         lines.append(LEGEND)

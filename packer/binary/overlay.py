@@ -30,6 +30,7 @@ def overlay_report(dump: Dump, first: int = 0, count: int = 3,
     if count > 0 and first + count == dump.count and dump.trailing:
         rows.append(_trailing_row(dump))
     return {"mode": "overlay", "file": str(dump.path), "size": dump.size,
+            "compression": dump.plain.compression if dump.plain else None,
             "spec": dump.spec.source, "byte_order": dump.byte_order, "count": dump.count,
             "first": first, "shown": count, "both_orders": both_orders,
             "rows": rows, "checks": [asdict(c) for c in dump.checks], "ok": dump.ok}
@@ -38,7 +39,7 @@ def overlay_report(dump: Dump, first: int = 0, count: int = 3,
 def _layout_rows(dump: Dump, layout: Layout, start: int, count: int, first: int | None,
                  both_orders: bool) -> list[dict]:
     """Rows for `count` consecutive copies of layout (the header, or records) at start."""
-    raw = read_bytes(dump.path, start, count * layout.size)
+    raw = read_bytes(dump.data_path, start, count * layout.size)
     decoded = {order: np.frombuffer(raw, dtype=layout.dtype.newbyteorder(char))
                for order, char in BYTE_ORDERS.items()} if layout.size else {}
     rows = []
@@ -84,7 +85,7 @@ def _add_values(row: dict, field: Field, decoded: dict, index: int, byte_order: 
 
 def _trailing_row(dump: Dump) -> dict:
     offset = dump.size - dump.trailing
-    raw = read_bytes(dump.path, offset, min(dump.trailing, 4096))
+    raw = read_bytes(dump.data_path, offset, min(dump.trailing, 4096))
     return {"offset": offset, "section": "trailing", "record": None, "field": None,
             "kind": "trailing", "size": dump.trailing, "bytes": raw.hex(" ")}
 

@@ -16,8 +16,8 @@ How a dump becomes samples (for the packing of binary dumps):
   last whole window (`windows.uncovered`) belong to no sample.
 
 Each field can then be stored as an `npy` field of the sample (e.g. `accel.npy`).
-Values stay in the field's own type (native byte order) unless `as_float32=True`
-(bytes fields stay uint8).
+Values stay in the field's own type (native byte order; 24-bit i3/u3 widened to
+int32/uint32) unless `as_float32=True` (bytes fields stay uint8).
 
 """
 
@@ -37,7 +37,7 @@ def record_arrays(records: np.ndarray, spec: Spec, as_float32: bool = False) -> 
     for field in spec.record.fields:
         if field.kind == "pad":
             continue
-        values = records[field.name]
+        values = field.values(records[field.name])
         target = np.float32 if as_float32 and field.kind != "bytes" else values.dtype
         arrays[field.name] = np.ascontiguousarray(values, dtype=np.dtype(target).newbyteorder("="))
     return arrays

@@ -19,7 +19,8 @@ from packer.errors import PackerError, UsageProblem
 BYTE_ORDERS = {"little": "<", "big": ">"}
 TRAILING_RULES = ("error", "ignore")
 COUNT_UNITS = ("records", "bytes")
-_TOP_KEYS = ("description", "byte_order", "header", "record", "count", "trailing")
+_TOP_KEYS = ("description", "byte_order", "header", "record", "count", "trailing", "container")
+CONTAINERS = ("riff", "aiff")  # chunked files, whose layout is read from their chunks
 
 
 class SpecError(PackerError):
@@ -52,6 +53,15 @@ class Spec:
     count_unit: str  # what that field counts: "records" or "bytes"
     trailing: str  # bytes after the last record: "error" or "ignore"
     description: str = ""
+    container: str | None = None  # "riff" or "aiff": each file's layout is in its chunks
+    derived: tuple = ()  # (name, value) pairs a chunk reader decoded (AIFF's sample rate)
+
+    @property
+    def field_names(self) -> list[str]:
+        """The record's fields that become arrays (a chunked file's: its samples)."""
+        if self.container:
+            return ["sample"]
+        return [f.name for f in self.record.fields if f.kind != "pad"]
 
     @property
     def record_dtype(self) -> np.dtype:
@@ -105,6 +115,8 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
         raise SpecError(f"{source}: {message}")
 
     check_keys(data, _TOP_KEYS, "the top level", fail)
+    if "container" in data:
+        return _container_spec(data, source, fail)
     byte_order = data.get("byte_order")
     if byte_order not in BYTE_ORDERS:
         fail(f"byte_order = {byte_order!r}: say byte_order = \"little\" or \"big\""
@@ -121,6 +133,22 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
         fail(f"trailing = {trailing!r}: use \"error\" or \"ignore\"")
     return Spec(source, byte_order, header, record, count_from, count_field, count_unit,
                 trailing, str(data.get("description", "")))
+
+
+def _container_spec(data: dict, source: str, fail) -> Spec:
+    """A spec for chunked files: the chunk reader (packer/binary/chunks.py) finds each
+    file's layout, so nothing but a description goes with it."""
+    container = data["container"]
+    if container not in CONTAINERS:
+        fail(f"container = {container!r}: use one of {', '.join(map(repr, CONTAINERS))}")
+    extra = [key for key in data if key not in ("container", "description")]
+    if extra:
+        fail(f"{extra[0]} with container = {container!r}: the chunks of each file say its "
+             "layout, so a container spec takes only description")
+    empty = Layout("header", 0, ())
+    return Spec(source, "big" if container == "aiff" else "little", empty,
+                Layout("record", 0, ()), "file_size", None, "records", "ignore",
+                str(data.get("description", "")), container)
 
 
 def _table(data: dict, key: str, fail, default: dict | None = None) -> dict:

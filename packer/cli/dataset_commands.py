@@ -59,8 +59,10 @@ def inspect(dataset, as_json):
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option("--against", type=click.Path(path_type=Path),
-              help="The source folder: also check that every packed file is bit-identical "
-                   "to it and that every source file is packed or listed as skipped.")
+              help="What the dataset was packed from: a folder (every packed file "
+                   "bit-identical, every file packed or listed as skipped), or a table or "
+                   "dump file (every sample equal to the row or record it came from), e.g. "
+                   "--against ./images or --against export.csv.")
 @json_option
 @quiet_option
 def verify(dataset, against, as_json, quiet):
@@ -72,6 +74,7 @@ def verify(dataset, against, as_json, quiet):
     Example:
       packer verify ./images-wds
       packer verify ./images.lmdb --against ./images --json
+      packer verify ./export.h5 --against ./export.csv
     """
     from packer.read.verify import verify as run_verify
 

@@ -68,8 +68,10 @@ from packer.sources.files.checks import CHECK_MODES
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @click.option("--spec", metavar="SPEC",
-              help="Binary input: a spec file (.toml) or a shipped spec (imu, pcm16, mnist-idx); "
-                   "SOURCE is then a dump, or a folder of small binary files.")
+              help="Binary input: a spec file (.toml) or a shipped spec (wav, aiff, "
+                   "kitti-velodyne, imu, pcm16, mnist-idx, mnist-idx-labels); SOURCE is then a "
+                   "dump, or a folder of small binary files (gzip, bz2, xz read as their "
+                   "contents), e.g. --spec wav.")
 @click.option("--window", type=click.IntRange(min=1),
               help="Binary dump: one sample per window of this many records (default: one "
                    "sample per record).")

@@ -19,12 +19,15 @@ def _comparer(manifest: dict, against: Path):
     source, kind = manifest["source"], recorded_kind(manifest)
     if kind is None or kind.against is None:
         takers = " or ".join(m.NAME for m in source_kinds() if m.against is not None)
-        raise UsageProblem(f"--against {against}: --against takes the source folder of a "
+        raise UsageProblem(f"--against {against}: --against takes the source of a "
                            f"dataset packed from {takers}; this one was packed by the "
                            f"{kind.NAME if kind else source.get('kind')} source from "
                            f"{source['path']}, so `packer verify` checks it against the "
                            "manifest's checksums alone")
-    if not against.is_dir():
+    if not against.exists():
+        raise UsageProblem(f"--against {against}: no such file or folder; --against takes "
+                           "what the dataset was packed from")
+    if not getattr(kind, "AGAINST_FILES", False) and not against.is_dir():
         raise UsageProblem(f"--against {against}: not a folder; --against takes the folder "
                            "the dataset was packed from")
     return kind.against(manifest, against)

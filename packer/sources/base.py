@@ -17,6 +17,9 @@ ask which one claims a path) and declares:
                  lists how a packed sample differs from its source file, and whose
                  unaccounted(manifest) lists source files neither packed nor skipped
                  (`packer verify --against`)
+    AGAINST_FILES  optional, False unless declared: whether `against` takes a file
+                 (a table, a dump) and checks the path itself; otherwise --against
+                 must be a folder
 """
 
 from typing import NamedTuple

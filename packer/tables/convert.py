@@ -7,6 +7,7 @@ text columns left out of the default features are listed in the manifest.
 
 import fnmatch
 import re
+import shlex
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,9 +22,28 @@ TASKS = ("classify", "regress")
 _GLOB = set("*?[")
 
 
-def _list_names(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:30])
-    return shown + (f" and {len(names) - 30} more" if len(names) > 30 else "")
+LISTED_COLUMNS = 200  # columns an error lists in full; wider tables: the closest first
+
+
+def _list_names(names: list[str], wanted: str | None = None) -> str:
+    """The columns, for an error: all of them, or for a wide table those closest to
+    `wanted` by name and then the first ones."""
+    close = _closest(wanted, names) if wanted else []
+    guess = f"did you mean {' or '.join(repr(n) for n in close[:3])}? " if close else ""
+    if len(names) <= LISTED_COLUMNS:
+        return guess + "its columns are " + ", ".join(repr(n) for n in names)
+    shown = list(dict.fromkeys(close + names[:30]))
+    return (guess + f"its {len(names):,} columns include " + ", ".join(repr(n) for n in shown)
+            + f" and {len(names) - len(shown):,} more (`packer inspect-table` lists them all)")
+
+
+def _closest(wanted: str, names: list[str]) -> list[str]:
+    import difflib
+
+    folded = {n.casefold(): n for n in names}
+    same_case = [folded[wanted.casefold()]] if wanted.casefold() in folded else []
+    near = difflib.get_close_matches(wanted.casefold(), list(folded), n=5, cutoff=0.6)
+    return list(dict.fromkeys(same_case + [folded[n] for n in near]))
 
 
 def match_columns(values, names: list[str], option: str, path) -> list[str]:
@@ -43,7 +63,7 @@ def match_columns(values, names: list[str], option: str, path) -> list[str]:
             else:
                 raise UsageProblem(f"{option} {part}: {path} has no column "
                                    f"{'matching' if _GLOB & set(part) else 'named'} {part!r}; "
-                                   f"its columns are {_list_names(names)}")
+                                   f"{_list_names(names, part)}")
     return [n for n in names if n in wanted]
 
 
@@ -128,7 +148,8 @@ def inferred_type(series: pd.Series, thousands: str | None = None) -> str:
 _COMMA_NUMBERS = r"[-+]?[\d.]*\d,\d+"
 
 
-def _left_out_reason(kind: str, series: pd.Series, thousands: str | None) -> str:
+def _left_out_reason(kind: str, series: pd.Series, thousands: str | None,
+                     labelled: bool = True) -> str:
     if kind == "empty":
         return "empty in the first rows"
     if kind == "date":
@@ -137,6 +158,10 @@ def _left_out_reason(kind: str, series: pd.Series, thousands: str | None) -> str
     if thousands is None and len(text) and text.str.fullmatch(_COMMA_NUMBERS).mean() > 0.5:
         return ("numbers with a comma (such as 1,234); pass --decimal , if the comma is "
                 "the decimal mark, --decimal . if it separates thousands")
+    if not labelled:
+        return (f"text; pass --label-column {shlex.quote(str(series.name))} if it holds the "
+                "labels, or "
+                "--categorical to map its text to feature ids")
     return "text; pass --categorical to include it"
 
 
@@ -180,14 +205,14 @@ def choose_columns(names: list[str], sample: pd.DataFrame, options, path,
             if kind in ("number", "integer", "bool"):
                 chosen.add(name)
             else:
-                left_out[name] = _left_out_reason(kind, sample[name], thousands)
+                left_out[name] = _left_out_reason(kind, sample[name], thousands, bool(labels))
     chosen = (chosen | set(categorical) | set(dates)) - dropped - special
     features = [n for n in names if n in chosen]
     if not features:
         reasons = "; ".join(f"{name!r}: {why}" for name, why in left_out.items())
         raise UsageProblem(f"{path}: no feature columns (numeric columns other than the label "
                            "and key); name them with --feature-columns, or map text columns "
-                           f"with --categorical. Columns: {_list_names(names)}"
+                           f"with --categorical; {_list_names(names)}"
                            + (f". Left out: {reasons}" if reasons else ""))
     return Columns(features, labels, key, [c for c in categorical if c in chosen],
                    [c for c in dates if c in chosen], left_out)

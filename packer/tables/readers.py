@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
+from packer.tables.encoding import detect_encoding, encoding_probe
 
-SAMPLE_BYTES = 1 << 20  # bytes read to detect the encoding and the delimiter
+SAMPLE_BYTES = 1 << 20  # bytes read to find the delimiter and the header (and the encoding)
 SNIFF_ROWS = 30  # rows looked at to find the header
 DELIMITERS = [",", "\t", ";", "|"]
-_GB = {"gbk", "gb2312", "gb18030", "hz", "cp936"}
 
 
 def canon_text(value) -> str:
@@ -39,28 +40,6 @@ def canon_text(value) -> str:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return str(value)
-
-
-def detect_encoding(path: Path, sample: bytes) -> str:
-    """utf-8 (with or without a BOM) when the bytes decode so, else charset-normalizer's
-    best guess; any GB encoding is read as GB18030, the superset of GBK and GB2312."""
-    if sample.startswith(codecs.BOM_UTF8):
-        return "utf-8-sig"
-    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
-        return "utf-8"
-    except UnicodeDecodeError:
-        pass
-    from charset_normalizer import from_bytes
-
-    best = from_bytes(sample).best()
-    if best is None:
-        raise PackerError(f"{path}: cannot tell the text encoding; pass --encoding "
-                          "(for example gbk, latin-1, cp1252)")
-    name = codecs.lookup(best.encoding).name
-    return "gb18030" if name in _GB else name
 
 
 def detect_delimiter(lines: list[str], suffix: str) -> str:
@@ -123,6 +102,7 @@ class Table:
     kind = "table"
     thousands: str | None = None  # the separator of `1,234` / `1.234` cells, if one is sure
     header_row: int | None = None  # 1-based row of the header in the file
+    plain: PlainFile | None = None  # the plain bytes read (a compressed table's copy)
     first_data_row = 1  # 1-based row of the first data row
     names: list[str]
 
@@ -138,21 +118,23 @@ class Table:
 
     def describe(self) -> dict:
         return {"format": self.kind, "header_row": self.header_row,
-                "first_data_row": self.first_data_row}
+                "first_data_row": self.first_data_row,
+                "compression": self.plain.compression if self.plain else None}
 
 
 class CsvTable(Table):
     kind = "csv"
 
     def __init__(self, path: Path, delimiter=None, encoding=None, header_row=None, skip_rows=0,
-                 decimal=None):
-        self.path = path
-        with open(path, "rb") as file:
+                 decimal=None, data: Path | None = None):
+        self.path, self.data = path, data or path
+        with open(self.data, "rb") as file:
             sample = file.read(SAMPLE_BYTES)
             truncated = bool(file.read(1))
-        if not sample.strip():
-            raise PackerError(f"{path}: the file is empty")
-        self.encoding = encoding or detect_encoding(path, sample)
+            if not sample.strip():
+                raise PackerError(f"{path}: the file is empty")
+            self.encoding = encoding or detect_encoding(path, encoding_probe(file, sample))
+        self.encoding_given = encoding is not None
         try:
             text = codecs.getincrementaldecoder(self.encoding)(errors="strict").decode(
                 sample, final=not truncated)
@@ -164,7 +146,7 @@ class CsvTable(Table):
         lines = text.splitlines()
         if truncated and len(lines) > 1:
             lines = lines[:-1]  # the last line may be cut
-        self.delimiter = delimiter or detect_delimiter(lines[:200], path.suffix.lower())
+        self.delimiter = delimiter or detect_delimiter(lines[:200], self.data.suffix.lower())
         rows = list(csv.reader(lines[:max(SNIFF_ROWS, (header_row or 0) + 1)],
                                delimiter=self.delimiter))
         index = header_row - 1 if header_row else guess_header(rows)
@@ -189,7 +171,9 @@ class CsvTable(Table):
         # is too long without a word, and ragged rows must be reported.
         try:
             # header=N rather than skiprows: pandas checks skiprows line by line (slow)
-            reader = pd.read_csv(self.path, sep=self.delimiter, encoding=self.encoding,
+            # compression=None: the bytes are plain (PlainFile), whatever the name says
+            reader = pd.read_csv(self.data, sep=self.delimiter, encoding=self.encoding,
+                                 compression=None,
                                  header=self.header_index, skiprows=self.skip_after or None,
                                  index_col=False, chunksize=rows, decimal=self.decimal,
                                  keep_default_na=False, na_values=[""],
@@ -215,7 +199,8 @@ class CsvTable(Table):
             raise PackerError(f"{self.path}: {err}") from None
 
     def describe(self) -> dict:
-        return {**super().describe(), "encoding": self.encoding, "delimiter": self.delimiter,
+        return {**super().describe(), "encoding": self.encoding,
+                "encoding_given": self.encoding_given, "delimiter": self.delimiter,
                 "decimal": self.decimal, "decimal_guessed": self.decimal_guessed}
 
 
@@ -234,9 +219,10 @@ def _parser_message(err: Exception) -> str:
 class ExcelTable(Table):
     kind = "excel"
 
-    def __init__(self, path: Path, sheet=None, header_row=None, skip_rows=0):
+    def __init__(self, path: Path, sheet=None, header_row=None, skip_rows=0,
+                 data: Path | None = None):
         self.path = path
-        book = _excel_file(path)
+        book = _excel_file(path, data or path)
         self.sheets = list(book.sheet_names)
         if sheet is None:
             sheet = self.sheets[0] if self.sheets else None
@@ -277,15 +263,15 @@ class ExcelTable(Table):
         return {**super().describe(), "sheet": self.sheet, "sheets": self.sheets}
 
 
-def _excel_file(path: Path):
+def _excel_file(path: Path, data: Path):
     try:
         import python_calamine  # noqa: F401
 
         engine = "calamine"
     except ImportError:
-        engine = "xlrd" if path.suffix.lower() == ".xls" else "openpyxl"
+        engine = "xlrd" if data.suffix.lower() == ".xls" else "openpyxl"
     try:
-        return pd.ExcelFile(path, engine=engine)
+        return pd.ExcelFile(data, engine=engine)
     except Exception as err:  # every engine has its own errors for a damaged file
         raise PackerError(f"{path}: cannot read it as an Excel workbook: {err}") from None
 
@@ -293,12 +279,12 @@ def _excel_file(path: Path):
 class ParquetTable(Table):
     kind = "parquet"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, data: Path | None = None):
         import pyarrow.parquet as pq
 
         self.path = path
         try:
-            self.file = pq.ParquetFile(path)
+            self.file = pq.ParquetFile(data or path)
         except Exception as err:  # pyarrow raises ArrowInvalid, OSError, ...
             raise PackerError(f"{path}: cannot read it as Parquet: {err}") from None
         self.names = _names(path, self.file.schema_arrow.names, 1)
@@ -315,19 +301,25 @@ class ParquetTable(Table):
 
 def open_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
                encoding=None, decimal=None) -> Table:
-    """The table in `path`, by its suffix."""
+    """The table in `path`, by its suffix (`data.csv.gz` is a CSV: a compressed table
+    is read from its decompressed copy, which lives as long as the table)."""
     path = Path(path)
-    suffix = path.suffix.lower()
     if path.stat().st_size == 0:
         raise PackerError(f"{path}: the file is empty")
+    plain = PlainFile(path)
+    suffix = plain.path.suffix.lower()
     if suffix in (".xlsx", ".xls"):
-        return ExcelTable(path, sheet, header_row, skip_rows or 0)
-    if suffix == ".parquet":
+        table = ExcelTable(path, sheet, header_row, skip_rows or 0, plain.path)
+    elif suffix == ".parquet":
         if header_row or skip_rows:
             raise UsageProblem("--header-row and --skip-rows apply to CSV and Excel; a "
                                "Parquet file names its columns itself")
-        return ParquetTable(path)
-    if sheet:
+        table = ParquetTable(path, plain.path)
+    elif sheet:
         raise UsageProblem(f"--sheet applies to Excel workbooks; {path} is a text table")
-    return CsvTable(path, delimiter, encoding, header_row, skip_rows or 0, decimal)
+    else:
+        table = CsvTable(path, delimiter, encoding, header_row, skip_rows or 0, decimal,
+                         plain.path)
+    table.plain = plain
+    return table
 

@@ -98,8 +98,8 @@ def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
 
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
                 compare) -> tuple[list[str], int]:
-    """Parts written as columns or records against their CRC-32, whole; the others
-    sample by sample."""
+    """Parts written as columns or records against their CRC-32, whole (and, with
+    `compare`, also sample by sample against the source); the others sample by sample."""
     if "columns_crc32" not in part and "records_crc32" not in part:
         return sample_problems(read_part(path, manifest, part), part, name, compare,
                                READ_ERRORS)
@@ -111,7 +111,12 @@ def verify_part(path: Path, manifest: dict, part: dict, name: str,
     finally:
         part_reader.close()
     expected = part.get("columns_crc32", part.get("records_crc32"))
-    return checksum_problems(name, part["count"], rows, crc == expected), rows
+    problems = checksum_problems(name, part["count"], rows, crc == expected)
+    if compare is not None:
+        compared, _ = sample_problems(read_part(path, manifest, part), part, name, compare,
+                                      READ_ERRORS)
+        problems += [p for p in compared if p not in problems]
+    return problems, rows
 
 
 def layout_text(manifest: dict) -> str | None:

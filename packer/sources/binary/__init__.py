@@ -28,7 +28,15 @@ OPTIONS = {
 }
 UNCLAIMED = "a binary dump is packed with --spec"
 RECORDED_AS = ("binary", "binary-files")
-against = None
+AGAINST_FILES = True  # --against takes the dump (a file) or the folder it was packed from
+
+
+def against(manifest: dict, path: Path):
+    from packer.sources.compare import Folder, dump_against
+
+    if manifest["source"]["kind"] == "binary-files":
+        return Folder(manifest, path)
+    return dump_against(manifest, path)
 
 
 def claims(path: Path, spec: str | None) -> str | None:

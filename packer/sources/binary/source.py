@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
+from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
 from packer.sources.base import Source
@@ -37,13 +38,20 @@ class BinaryDump(Source):
     """One dump as records or windows; picklable (the dump is reopened per job)."""
 
     kind = "binary"
-    SHAPES = (RECORDS, SAMPLES)
+
+    @property
+    def SHAPES(self) -> tuple[str, ...]:  # noqa: N802 (the protocol's name)
+        # 24-bit fields are widened when read, so the records are not copied as they are
+        widened = any(f.widened for f in self.spec.record.fields)
+        return (SAMPLES,) if widened else (RECORDS, SAMPLES)
 
     def __init__(self, path: Path, options):
         self.path, self.spec_name = Path(path), options.spec
         self.tail, self.label_field = options.tail, options.label_field
         self.spec = load_spec(options.spec)
-        self.dump = open_dump(self.path, self.spec, self.tail)
+        self.plain = PlainFile(self.path)  # a compressed dump, decompressed once for all jobs
+        self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
+        self.spec = self.dump.spec  # a chunked file's (WAV, AIFF) own layout
         if not self.dump.count:
             layout = next(c.message for c in self.dump.checks if c.name == "records")
             raise PackerError(f"{self.path}: nothing to pack, the dump holds no records "
@@ -77,7 +85,7 @@ class BinaryDump(Source):
             raise UsageProblem(f"--label-field {self.label_field}: the spec's record fields "
                                f"are {', '.join(fields)}")
         field = fields[self.label_field]
-        if field.shape:  # an array, or bytesN
+        if field.shape:  # an array, bytesN, or i3/u3
             numbers = [name for name, f in fields.items() if not f.shape]
             shape = list(field.spec_shape) if field.spec_shape else ""
             raise UsageProblem(f"--label-field {self.label_field}: a label is one number per "
@@ -87,8 +95,8 @@ class BinaryDump(Source):
     @property
     def field_specs(self) -> dict[str, dict]:
         window = [self.windows.size] if self.windows else []
-        specs = {f"{f.name}.npy": {"dtype": f.element.newbyteorder("=").name,
-                                   "shape": window + list(f.shape)}
+        specs = {f"{f.name}.npy": {"dtype": f.value_dtype.name,
+                                   "shape": window + list(f.spec_shape)}
                  for f in self.spec.record.fields
                  if f.kind != "pad" and f.name != self.label_field}
         if self.values is not None:
@@ -153,10 +161,14 @@ class BinaryDump(Source):
         for first in range(start, self.count, size):
             yield self, first, min(size, self.count - first)
 
+    def keys(self, first: int, count: int) -> list[str]:
+        return index_keys(first, count)
+
     def describe(self, options) -> dict:
         dump = self.dump
         return {"source": {
             "kind": "binary", "path": str(self.path.resolve()), "spec": str(self.spec.source),
+            "compression": self.plain.compression,
             "byte_order": dump.byte_order, "header": _plain(dump.header),
             "records": dump.count, "record_size": self.spec.record.size,
             "trailing_bytes": dump.trailing, "window": self.windows.size if self.windows else None,
@@ -170,7 +182,7 @@ class BinaryDump(Source):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.dump = open_dump(self.path, self.spec, self.tail)
+        self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
 
 
 def _labels_file(path: Path, label_spec: str | None, records: int) -> np.ndarray:
@@ -223,7 +235,7 @@ class BinaryFolder:
         self.scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                                       follow_symlinks=options.follow_symlinks,
                                       labels_encoding=options.encoding)
-        names = [f.name for f in self.spec.record.fields if f.kind != "pad"]
+        names = self.spec.field_names
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
         self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)
                                  if f.lower() in SIDECAR_FIELDS})
@@ -258,8 +270,8 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
                 sample[field_name] = read_file(f"{root}/{rel_path}")
                 continue
             try:
-                arrays = record_arrays(open_dump(Path(root) / rel_path, spec, tail).records(),
-                                       spec)
+                dump = open_dump(Path(root) / rel_path, spec, tail)
+                arrays = record_arrays(dump.records(), dump.spec)  # a chunked file's own spec
             except PackerError as err:
                 out.append((None, [{"path": rel_path, "reason": str(err).split(": ", 1)[-1]}]))
                 break

@@ -7,7 +7,7 @@ imported only when a table is scanned.
 from pathlib import Path
 
 from packer.sources.base import Applies, Kind
-from packer.tables import TABLE_SUFFIXES
+from packer.tables import TABLE_SUFFIXES, table_suffix
 
 NAME = "tables"
 CSV, EXCEL, PARQUET = "csv", "excel", "parquet"
@@ -24,13 +24,19 @@ OPTIONS.update(sheet=Applies(frozenset({EXCEL})), header_row=Applies(frozenset({
                skip_rows=Applies(frozenset({CSV, EXCEL})), delimiter=Applies(frozenset({CSV})),
                decimal=Applies(frozenset({CSV})), encoding=Applies(frozenset({CSV})))
 UNCLAIMED = ("a table must end in " + ", ".join(TABLE_SUFFIXES[:-1]) + " or "
-             + TABLE_SUFFIXES[-1])
+             + TABLE_SUFFIXES[-1] + " (compressed: also .gz, .bz2 or .xz)")
 RECORDED_AS = ("table",)
-against = None
+AGAINST_FILES = True  # --against takes the table file
+
+
+def against(manifest: dict, path: Path):
+    from packer.sources.compare import table_against
+
+    return table_against(manifest, path)
 
 
 def claims(path: Path, spec: str | None) -> str | None:
-    suffix = path.suffix.lower()
+    suffix = table_suffix(path)
     if spec or not path.is_file() or suffix not in TABLE_SUFFIXES:
         return None
     return EXCEL if suffix in (".xlsx", ".xls") else PARQUET if suffix == ".parquet" else CSV

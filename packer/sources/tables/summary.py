@@ -14,11 +14,13 @@ def table_text(manifest: dict) -> str:
              f"features: {len(names)} column{'' if len(names) == 1 else 's'}: "
              f"{', '.join(names[:10])}"
              + (" ..." if len(names) > 10 else "")]
+    lines += _reading_lines(source)
     if manifest.get("classes"):
-        lines.append(f"label {source['label_columns'][0]!r}: {len(manifest['classes'])} "
-                     "classes (names in id order in the manifest)")
+        lines.append(_classes_line(source["label_columns"][0], manifest["classes"]))
     elif table.get("targets"):
         lines.append(f"target: {', '.join(table['targets'])}")
+    else:
+        lines.append(_no_label_line(table))
     if table["left_out"]:
         lines.append("not features: " + "; ".join(f"{n!r} ({why})"
                                                   for n, why in table["left_out"].items()))
@@ -48,3 +50,42 @@ def table_text(manifest: dict) -> str:
         lines.append(f"another {_rows(na['unlabelled_rows'])} had no usable label: dropped "
                      "(--na drop)")
     return "\n".join(lines)
+
+
+SHOWN_CLASSES = 20
+
+
+def _reading_lines(source: dict) -> list[str]:
+    """How the table was read: the compression, the sheet and the others, the header
+    row, the text encoding; each with the option that changes it."""
+    lines = []
+    if source.get("compression"):
+        lines.append(f"read from {source['compression']}-compressed {source['path']}")
+    if source.get("sheets"):
+        others = [s for s in source["sheets"] if s != source["sheet"]]
+        lines.append(f"sheet {source['sheet']!r}" + (
+            f"; other sheets: {', '.join(repr(s) for s in others)} (--sheet NAME packs one)"
+            if others else " (the only one)"))
+    if source.get("header_row") is not None:
+        lines.append(f"header: row {source['header_row']}, first data row "
+                     f"{source['first_data_row']} (--header-row N takes another)")
+    if source.get("encoding"):
+        how = ("--encoding" if source.get("encoding_given") else "detected; if names look "
+               "garbled, pass --encoding NAME, e.g. --encoding gbk, big5 or cp1252")
+        lines.append(f"encoding: {source['encoding']} ({how})")
+    return lines
+
+
+def _classes_line(column: str, classes: list[str]) -> str:
+    shown = ", ".join(f"{i} {name}" for i, name in enumerate(classes[:SHOWN_CLASSES]))
+    more = f", ... ({len(classes):,} in all, in the manifest)" if len(classes) > SHOWN_CLASSES \
+        else ""
+    return f"label {column!r}: {len(classes)} classes: {shown}{more}"
+
+
+def _no_label_line(table: dict) -> str:
+    text = [name for name, why in table["left_out"].items() if "--label-column" in why]
+    if not text:
+        return "no label column (--label-column NAME takes one)"
+    return (f"no label column: pass --label-column NAME if one holds the labels (text "
+            f"columns: {', '.join(repr(n) for n in text)})")
