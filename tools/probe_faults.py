@@ -107,7 +107,7 @@ def damage_once(dataset: Path, work: Path, reference: list, rng) -> bool:
             shutil.copyfile(target, f"{target}.hung")
             return False
         clean &= done.returncode >= 0 and "Traceback" not in done.stderr
-        clean &= done.returncode == 0 or bool(done.stderr.strip())
+        clean &= done.returncode == 0 or bool((done.stdout + done.stderr).strip())
         if command[0] == "verify" and done.returncode == 0:  # then it must read back right
             clean &= _samples(copy) == reference
     return clean
