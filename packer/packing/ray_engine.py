@@ -107,8 +107,11 @@ class RayMap:
 
     def __call__(self, function: Callable, items: Iterable) -> Iterator:
         ray = self.ray
+        # SPREAD, as Ray Data schedules its reads: the default would keep short tasks
+        # on the driver's node while it has a free CPU, and read every input there
         task = ray.remote(function).options(num_cpus=1, max_retries=RETRIES,
-                                            retry_exceptions=[OSError])
+                                            retry_exceptions=[OSError],
+                                            scheduling_strategy="SPREAD")
         cpus = int(ray.cluster_resources().get("CPU", 1))
         window = max(2, IN_FLIGHT_PER_CPU * cpus)
         pending: deque = deque()
