@@ -1,6 +1,7 @@
 """Packing on a Ray cluster of two nodes started here (a head and a second node, one CPU
 each): the same bytes, manifest and skip reasons as the local engine, a task whose worker
-dies retried, a pack whose tasks keep failing left unpublished and resumed."""
+dies retried, a pack whose tasks keep failing or whose driver is killed left unpublished
+and resumed."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_resume import KILL_AFTER_TWO_PARTS
 
 import packer
 from conftest import run
@@ -199,6 +201,19 @@ def test_a_task_that_keeps_failing_stops_unpublished_and_resumes(mixed_folder, t
     run(*args, "-o", tmp_path / "local")
     assert data_files(out) == data_files(tmp_path / "local")
     assert "OK" in run("verify", out, "--against", mixed_folder, "-q").output
+
+
+def test_a_killed_ray_driver_leaves_nothing_published_and_resumes(mixed_folder, tmp_path,
+                                                                   cluster):
+    out = tmp_path / "killed"
+    args = ["pack", str(mixed_folder), "-o", str(out), "--max-count", "3", "-q", "--engine",
+            "ray", "--address", cluster]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists() and (tmp_path / "killed.partial" / "progress.json").exists()
+    assert "packing again from the start" not in run(*args, "--resume").output
+    run("pack", mixed_folder, "-o", tmp_path / "local", "--max-count", "3", "-q")
+    assert data_files(out) == data_files(tmp_path / "local")
 
 
 def test_what_the_ray_engine_refuses(image_folder, tmp_path):
