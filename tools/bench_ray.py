@@ -2,7 +2,8 @@
 
 Usage:
     python tools/bench_ray.py [--data DIR | --files 200000 [--tiny]] [--to webdataset]
-                              [--address ADDRESS] [--workers 1] [--json FILE]
+                              [--address ADDRESS] [--workers 1] [--check header]
+                              [--json FILE]
 
 Without --data, a folder of --files inputs is made in a temporary folder first:
 realistic JPEGs (tools/make_images.py), or with --tiny 100-byte `.bin` files in 10
@@ -72,19 +73,19 @@ def bench(data: Path, work: Path, args) -> dict:
     import ray
 
     files = warm(data)
-    runs = [timed_pack(data, work / f"local{n}", to=args.to, workers=args.workers)
-            for n in range(2)]  # the first also pays packer's imports
+    runs = [timed_pack(data, work / f"local{n}", to=args.to, workers=args.workers,
+                       check=args.check) for n in range(2)]  # the first also pays packer's imports
     local_s, local = min(runs, key=lambda run: run[0])
     began = time.perf_counter()
     ray.init(address=args.address or "local", logging_level=logging.ERROR, log_to_driver=False,
              **({} if args.address else {"include_dashboard": False}))
     start_s = time.perf_counter() - began
     cpus = int(ray.cluster_resources().get("CPU", 0))
-    pack_s, on_ray = timed_pack(data, work / "ray", to=args.to, engine="ray")
+    pack_s, on_ray = timed_pack(data, work / "ray", to=args.to, engine="ray", check=args.check)
     began = time.perf_counter()
     ray.shutdown()
     stop_s = time.perf_counter() - began
-    return {"files": files, "samples": local["count"], "to": args.to,
+    return {"files": files, "samples": local["count"], "to": args.to, "check": args.check,
             "local_workers": args.workers, "ray_cpus": cpus,
             "address": args.address or "a local instance",
             "local_s": local_s, "ray_start_s": start_s, "ray_pack_s": pack_s,
@@ -95,7 +96,8 @@ def bench(data: Path, work: Path, args) -> dict:
 
 def report(row: dict) -> str:
     files, total = row["files"], row["ray_start_s"] + row["ray_pack_s"] + row["ray_stop_s"]
-    lines = [f"{files:,} files ({row['samples']:,} samples) into {row['to']}; {row['machine']}",
+    lines = [f"{files:,} files ({row['samples']:,} samples) into {row['to']}, --check "
+             f"{row['check']}; {row['machine']}",
              f"  local, --workers {row['local_workers']}:  {row['local_s']:8.2f} s  "
              f"{files / row['local_s']:>9,.0f} files/s",
              f"  ray start ({row['address']}, {row['ray_cpus']} CPUs): {row['ray_start_s']:8.2f} s",
@@ -115,6 +117,7 @@ def main() -> None:
     parser.add_argument("--to", default="webdataset", help="the format (default webdataset)")
     parser.add_argument("--address", help="a running Ray cluster (default: a local instance)")
     parser.add_argument("--workers", type=int, default=1, help="--workers of the local run")
+    parser.add_argument("--check", default="header", help="header (default), decode or none")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
