@@ -13,6 +13,11 @@ class DatasetError(PackerError):
     """A packed dataset that is missing, unfinished, or does not match its manifest."""
 
 
+class Resumable(PackerError):
+    """A pack stopped part way (a full disk, a failed task): nothing was published and the
+    partial output is kept for `--resume`."""
+
+
 class UsageProblem(PackerError):
     """Wrong paths or options (exit status 2, like any usage error)."""
 

@@ -6,12 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
+import packer
 from conftest import colour_images
 from conftest import run as packer_run
 from train.cli import cli
@@ -122,6 +124,42 @@ def test_ddp_with_two_gloo_processes(colours, tmp_path):
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
     assert lines[0]["val"]["samples"] == 12  # a tenth held out, split over the ranks, reduced
+
+
+def _expected_share(data, rank: int, epoch: int) -> dict:
+    """What the loader plans for `rank` of two in `epoch` (train fit's defaults: seed 0)."""
+    share = packer.open_dataset(data, decode="raw", shuffle=True, seed=0, rank=rank,
+                                world_size=2, holdout=(0.25, "train"))
+    share.set_epoch(epoch)
+    keys = [sample["__key__"] for sample in share]
+    return {"samples": len(keys), "keys_crc32_sum": sum(zlib.crc32(k.encode()) for k in keys),
+            "keys": set(keys)}
+
+
+def test_two_nodes_read_each_rank_share_once_per_epoch(colours, tmp_path):
+    """`torchrun --nnodes 2`, one process per node, as on two machines (on loopback)."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--node-rank", str(node), "--rdzv-endpoint", endpoint, "-m", "train", "fit",
+         str(colours / "wds"), "--out", str(tmp_path / f"node{node}"), "--epochs", "2",
+         "--cache", "off", "--val-split", "0.25", *COMMON],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}) for node in (0, 1)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert "best epoch" in outputs[0]  # rank 0 reports and writes; rank 1 writes nothing
+    assert not (tmp_path / "node1").exists()
+    lines = [json.loads(line) for line in
+             (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+    total = packer.open_dataset(colours / "wds", holdout=(0.25, "train")).total
+    for epoch, record in enumerate(lines):
+        expected = [_expected_share(colours / "wds", rank, epoch) for rank in (0, 1)]
+        assert record["train"]["ranks"] == [{k: e[k] for k in ("samples", "keys_crc32_sum")}
+                                            for e in expected]
+        assert not expected[0]["keys"] & expected[1]["keys"]  # each sample once, on one rank
+        assert len(expected[0]["keys"] | expected[1]["keys"]) == total
+    assert len(lines) == 2
 
 
 def test_overfit_check_and_lr_find(colours, tmp_path):

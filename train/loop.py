@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tqdm import tqdm
 import packer
 from packer.errors import PackerError
 from train import checkpoint, lr_range, plots, recipe
-from train.cache import RamCache
+from train.cache import KEY, RamCache
 from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe, to_inputs, to_targets
 from train.finite import require_finite
@@ -144,12 +145,14 @@ def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
     config = run.config
     run.model.train()
     total_loss, samples, waited = 0.0, 0, 0.0
+    share = Share()
     began = mark = time.perf_counter()
     bar = tqdm(batches, desc=f"epoch {epoch + 1}/{config.epochs}", total=steps,
                disable=not run.main or not sys.stderr.isatty(),  # no bars in log files
                leave=False, dynamic_ncols=True)
     for step, batch in enumerate(bar):
         waited += time.perf_counter() - mark
+        share.add(batch)
         inputs = to_inputs(batch, run.info, run.device, config.channels_last)
         targets = to_targets(batch, run.info, run.device)
         try:
@@ -167,7 +170,37 @@ def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
         dist.all_reduce(sums)
     return {"loss": sums[0].item() / max(sums[1].item(), 1),
             "samples_per_s": sums[1].item() / max(sums[3].item() / run.world, 1e-9),
-            "data_wait_share": sums[2].item() / max(sums[3].item(), 1e-9)}
+            "data_wait_share": sums[2].item() / max(sums[3].item(), 1e-9),
+            "ranks": share.gathered(run.world)}
+
+
+class Share:
+    """What one rank trained on in an epoch: its samples, and the sum of their keys'
+    CRC-32 (None for batches from the RAM cache, which keeps no keys), so that each
+    rank's share can be checked against the loader's plan for (seed, epoch, rank)."""
+
+    def __init__(self):
+        self.samples, self.keys_crc32_sum, self.keyed = 0, 0, True
+
+    def add(self, batch: dict) -> None:
+        keys = batch.get(KEY)
+        self.samples += len(keys) if keys is not None else len(next(iter(batch.values())))
+        if keys is None:
+            self.keyed = False
+        else:
+            self.keys_crc32_sum += sum(zlib.crc32(key.encode("utf-8", "surrogateescape"))
+                                       for key in keys)
+
+    def gathered(self, world: int) -> list[dict]:
+        """Every rank's share, in rank order (the same list on every rank)."""
+        mine = torch.tensor([self.samples, self.keys_crc32_sum, self.keyed], dtype=torch.int64)
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        if world > 1:
+            dist.all_gather(every, mine)
+        else:
+            every = [mine]
+        return [{"samples": int(n), "keys_crc32_sum": int(crc) if keyed else None}
+                for n, crc, keyed in (t.tolist() for t in every)]
 
 
 def _broken(run: Run, val: dict | None) -> str | None:

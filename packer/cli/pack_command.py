@@ -18,7 +18,7 @@ from packer.cli.options import (
 from packer.cli.report import pack_summary, pack_text
 from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES
 from packer.packing.options import PackOptions, check_pack_options
-from packer.packing.parallel import tune_for_packing
+from packer.packing.parallel import ENGINES, tune_for_packing
 from packer.sources import recorded_kind
 from packer.sources.files.checks import CHECK_MODES
 
@@ -57,6 +57,16 @@ from packer.sources.files.checks import CHECK_MODES
                    "They pay off with --check decode (about 1.6-1.7x for 2 on 2 cores); with "
                    "the cheap default check reading files is the work, and on a small "
                    "machine one process is as fast.")
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help="Where samples are read and encoded: local worker processes (--workers), "
+                   "or tasks on a Ray cluster (pip install 'packer[ray]'; the input at the "
+                   "same path on every node). This process writes the parts, so the output "
+                   "is byte for byte the same with either, and --resume takes either. "
+                   "E.g. --engine ray --address auto.")
+@click.option("--address", metavar="ADDRESS",
+              help="--engine ray: the cluster, as ray.init takes it: auto (this node's "
+                   "cluster), HOST:PORT, or ray://HOST:10001 (default: a new local instance "
+                   "on this machine's CPUs).")
 @click.option("--shard-size", cls=PartOption, type=Size(), default="256MB", show_default=True,
               callback=shard_size,
               help="{formats}: most bytes per shard or part file, as written (a tar "
@@ -137,6 +147,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
           --date-columns admitted -o visits.h5
       packer pack ./images --to webdataset -o ./images-wds --max-count 10000
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
+      packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
     """
     from packer.packing.pipeline import pack as run_pack
 

@@ -25,6 +25,8 @@ class PackOptions:
     on_error: str = "skip"
     check: str = "header"
     workers: int = 1
+    engine: str = "local"  # or "ray": packer/packing/ray_engine.py
+    address: str | None = None  # the Ray cluster's, as ray.init takes it
     shard_size: int = 256 << 20
     max_count: int | None = None
     resume: bool = False
@@ -54,7 +56,7 @@ class PackOptions:
     def recorded(self) -> dict:
         """The options that shape the output, as the manifest records them."""
         kept = asdict(self)
-        for name in ("workers", "resume", "overwrite", "progress"):
+        for name in ("workers", "engine", "address", "resume", "overwrite", "progress"):
             kept.pop(name)
         kept["labels"] = str(self.labels.resolve()) if self.labels else None
         return kept
@@ -80,8 +82,8 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
 
 
 # Options of every pack, whatever the source and the format.
-EVERY_PACK = frozenset({"to", "out", "workers", "resume", "overwrite", "spec", "as_json",
-                        "quiet"})
+EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "overwrite",
+                        "spec", "as_json", "quiet"})
 # Bounds of a part, which a format reads or not (its PACK_OPTIONS): given to a format that
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})
@@ -139,6 +141,7 @@ def _grouped(reasons: dict) -> str:
 def check_pack_options(source: Path, options: dict, given: set[str]) -> str | None:
     """Refuse `given` options (those set on the command line) that this source would
     ignore; return the warning about those only the --to format ignores, if any."""
+    _check_engine(options, given)
     found = claim(source, options.get("spec"))
     if found is None:  # packing says why
         return None
@@ -151,3 +154,15 @@ def check_pack_options(source: Path, options: dict, given: set[str]) -> str | No
     if by_format:
         return f"Warning: --to {options['to']} ignores {_grouped(by_format)}."
     return None
+
+
+def _check_engine(options: dict, given: set[str]) -> None:
+    """--workers is the local engine's, --address the Ray engine's."""
+    engine = options.get("engine", "local")
+    if engine == "ray" and "workers" in given:
+        raise UsageProblem("--workers is for --engine local; with --engine ray every CPU of "
+                           "the cluster runs a task (a local instance: every CPU of this "
+                           "machine). Leave out --workers.")
+    if engine != "ray" and "address" in given:
+        raise UsageProblem("--address is the Ray cluster's: pass --engine ray with it, or "
+                           "leave it out")

@@ -1,5 +1,7 @@
 """An ordered, bounded parallel map: results come back in input order, and at most
-a few chunks per worker are in flight, so memory does not grow with the input."""
+a few chunks per worker are in flight, so memory does not grow with the input. The
+engine decides where the map runs: worker processes on this machine, or Ray tasks
+(packer/packing/ray_engine.py)."""
 
 import ctypes
 import gc
@@ -7,6 +9,23 @@ import os
 import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from functools import partial
+
+ENGINES = ("local", "ray")
+
+
+@contextmanager
+def engine_map(engine: str, workers: int, address: str | None):
+    """The ordered map of the engine: `workers` processes here (`local`), or tasks on
+    the Ray cluster at `address` (`ray`; a local instance when None)."""
+    if engine == "ray":
+        from packer.packing.ray_engine import ray_cluster
+
+        with ray_cluster(address) as ray_map:
+            yield ray_map
+    else:
+        yield partial(ordered_map, workers=workers)
 
 
 def ordered_map(function: Callable, items: Iterable, workers: int) -> Iterator:

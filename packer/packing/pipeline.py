@@ -21,15 +21,16 @@ from pathlib import Path
 from isal import isal_zlib
 
 from packer import __version__
-from packer.errors import BadInputError, PackerError, UsageProblem
+from packer.errors import BadInputError, PackerError, Resumable, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
 from packer.manifest import MANIFEST_NAME, is_packed, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions, found_labels
-from packer.packing.parallel import ordered_map
+from packer.packing.parallel import engine_map
+from packer.packing.ray_engine import check_cluster
 from packer.packing.resume import check_unchanged
-from packer.packing.space import DiskFull, check_room, disk_full_reported
+from packer.packing.space import check_room, disk_full_reported
 from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
@@ -233,14 +234,26 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
         shutil.rmtree(stale, ignore_errors=True)
     spool = writer.folder / f"{SPOOL_NAME}-{secrets.token_hex(6)}"  # this run's only
     spool.mkdir()
-    jobs = ((read_job, job, options.to,
-             str(spool / f"{n:08d}") if options.workers > 1 else None)
+    spooled = options.engine == "local" and options.workers > 1  # Ray's tasks return theirs
+    jobs = ((read_job, job, options.to, str(spool / f"{n:08d}") if spooled else None)
             for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
     bar = _progress_bar(options, total=total, initial=start, unit="sample",
                         desc=f"packing to {options.to}", dynamic_ncols=True)
+    with engine_map(options.engine, options.workers, options.address) as parallel_map:
+        _store_chunks(map(_unspool, parallel_map(_pack_chunk, jobs)), source, writer, tally,
+                      setup, options, bar)
+    bar.close()
+    writer.close_part()
+    spool.rmdir()
+    tally.next_input = total
+
+
+def _store_chunks(chunks, source, writer, tally: Tally, setup: dict, options: PackOptions,
+                  bar) -> None:
+    """The encoded chunks, in order, into the writer; the progress saved at each part."""
     began, first_bytes = time.perf_counter(), tally.input_bytes
-    index = start
-    for chunk in map(_unspool, ordered_map(_pack_chunk, jobs, options.workers)):
+    index = tally.next_input
+    for chunk in chunks:
         if chunk.skipped and options.on_error == "fail":
             _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
         _make_room(writer, len(chunk.blob) + writer.pending_bytes())
@@ -253,10 +266,6 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
         bar.update(chunk.count)
         rate = (tally.input_bytes - first_bytes) / 1e6 / (time.perf_counter() - began)
         bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
-    bar.close()
-    writer.close_part()
-    spool.rmdir()
-    tally.next_input = total
 
 
 _WRITE = {SAMPLES: _write_samples, COLUMNS: _write_blocks, RECORDS: _write_records}
@@ -289,6 +298,8 @@ def pack(path: Path, out: Path, options: PackOptions) -> dict:
     path, out = Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
+    if options.engine == "ray":
+        check_cluster(options.address)  # before the scan: an error now, not after it
     with output_lock(out):
         return _pack_locked(path, out, options)
 
@@ -303,12 +314,17 @@ def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
     if not source.count:
         raise PackerError(nothing_packed(path, source.scan_skipped, source.unmatched_labels))
     setup = {**_setup(source, options), "started_ns": started_ns}
+    if options.engine == "ray" and setup["shape"] != SAMPLES:
+        raise UsageProblem(f"--engine ray: {path} goes into --to {options.to} as whole "
+                           f"{'column blocks' if setup['shape'] == COLUMNS else 'records'} "
+                           "copied in this process, with no per-sample work to share over a "
+                           "cluster; leave out --engine ray (the copy runs at disk speed)")
     writer, tally = _start(out, source, setup, options)
     began = time.perf_counter()
     with disk_full_reported(writer.folder):
         try:
             _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
-        except DiskFull:
+        except Resumable:  # the partial output is kept for --resume
             raise
         except PackerError:
             shutil.rmtree(writer.folder, ignore_errors=True)

@@ -8,13 +8,13 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from packer.errors import PackerError
+from packer.errors import PackerError, Resumable
 
 MARGIN = 8 << 20  # room kept for a format's metadata, the manifest and progress.json
 NEARLY_FULL = 1 << 20  # an error with less room than this left is taken as a full disk
 
 
-class DiskFull(PackerError):
+class DiskFull(Resumable):
     """No room left for the output; the partial output is kept for --resume."""
 
 

@@ -1,0 +1,248 @@
+"""Packing on a Ray cluster of two nodes started here (a head and a second node, one CPU
+each): the same bytes, manifest and skip reasons as the local engine, a task whose worker
+dies retried, a pack whose tasks keep failing or whose driver is killed left unpublished
+and resumed."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_resume import KILL_AFTER_TWO_PARTS
+
+import packer
+from conftest import run
+from packer.errors import UsageProblem
+from packer.formats import FORMAT_NAMES
+from packer.packing.options import PackOptions
+from packer.read.dataset import iter_samples
+
+# Set before Ray is imported, which reads them once: a token of the test cluster's own
+# for its nodes and for the packs' connections, and no usage reports.
+os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                   "RAY_AUTH_TOKEN": uuid.uuid4().hex})
+ray = pytest.importorskip("ray")
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ray_start(*args: str, log: Path) -> subprocess.Popen:
+    """One Ray node as a process of its own session (--block: it stops its processes
+    when it is stopped), on ports of its own."""
+    ports = [f"--{name}={free_port()}" for name in (
+        "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")]
+    command = [RAY, "start", "--block", "--num-cpus=1", "--object-store-memory=150000000",
+               "--disable-usage-stats", *ports, *args]
+    with open(log, "w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _alive_nodes(address: str) -> int:
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return sum(node["Alive"] for node in ray.nodes())
+    finally:
+        ray.shutdown()
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # whatever of its session is left
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The address of a two-node Ray cluster on this machine."""
+    temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # socket paths must be short
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    nodes = [_ray_start("--head", f"--port={port}", "--include-dashboard=false",
+                        f"--ray-client-server-port={free_port()}", f"--temp-dir={temp}",
+                        log=temp / "head.log")]
+    try:
+        _wait_for(lambda: _alive_nodes(address) >= 1, temp / "head.log")
+        nodes.append(_ray_start(f"--address={address}", log=temp / "node.log"))
+        _wait_for(lambda: _alive_nodes(address) == 2, temp / "node.log")
+        yield address
+    finally:
+        for node in reversed(nodes):
+            _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_for(ready, log: Path, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if ready():
+                return
+        except ConnectionError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"the Ray node did not start: {log.read_text()[-2000:]}")
+
+
+# Formats whose files two runs write byte for byte the same, whatever the engine: two
+# local packs to LMDB differ in its pages' unused bytes, to HDF5 in the manifest it holds
+# (its time); their parts' samples_sha256 and their samples are compared instead.
+BYTE_REPRODUCIBLE = ("webdataset", "tfrecord")
+
+
+def data_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "manifest.json"}
+
+
+def comparable(manifest: dict) -> dict:
+    """A manifest less what differs between any two runs (its time, its own digest)."""
+    return {k: v for k, v in manifest.items() if k not in ("created", "manifest_sha256")}
+
+
+@pytest.fixture
+def mixed_folder(image_folder):
+    """The image folder with a corrupt JPEG and an empty file: skip reasons to compare."""
+    (image_folder / "cat" / "broken.jpg").write_bytes(b"not a jpeg at all")
+    (image_folder / "dog" / "empty.png").write_bytes(b"")
+    return image_folder
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_a_ray_pack_is_the_local_pack(fmt, mixed_folder, tmp_path, cluster):
+    base = ["pack", mixed_folder, "--to", fmt, "--max-count", "4", "-q"]
+    run(*base, "-o", tmp_path / "local")
+    run(*base, "-o", tmp_path / "ray", "--engine", "ray", "--address", cluster)
+    local, on_ray = packer.load_manifest(tmp_path / "local"), packer.load_manifest(tmp_path / "ray")
+    assert comparable(local) == comparable(on_ray)
+    assert {e["path"] for e in on_ray["skipped"]} >= {"cat/broken.jpg", "dog/empty.png"}
+    if fmt in BYTE_REPRODUCIBLE:
+        assert data_files(tmp_path / "local") == data_files(tmp_path / "ray")
+    # and for every format: the parts' digests (above, in the manifests), the samples
+    assert list(iter_samples(tmp_path / "local")) == list(iter_samples(tmp_path / "ray"))
+
+
+def _dies_on(key: str, marker: Path | None):
+    """A read_job for the files source whose worker process dies when its job holds the
+    sample `key`: once (the first time, when `marker` is given), or every time."""
+    from packer.sources.files.scan import read_job
+
+    def read_or_die(job):
+        if any(sample[0] == key for sample in job[2]):
+            if marker is None:
+                os._exit(17)
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                os._exit(17)  # the first attempt only: the marker is there for the retry
+            except FileExistsError:
+                pass
+        return read_job(job)
+
+    return read_or_die
+
+
+def _pack_with(monkeypatch, read_job, folder: Path, out: Path, cluster: str, expect=0):
+    """`packer pack` on the cluster, its tasks reading with `read_job`."""
+    import packer.packing.pipeline as pipeline
+
+    scan_input = pipeline.open_source
+    monkeypatch.setattr(pipeline, "CHUNK", 4)  # several tasks from a small folder
+    monkeypatch.setattr(pipeline, "open_source",
+                        lambda path, options: (scan_input(path, options)[0], read_job))
+    return run("pack", folder, "-o", out, "--max-count", "3", "--engine", "ray", "--address",
+               cluster, "-q", expect=expect)
+
+
+def test_a_task_whose_worker_dies_is_retried(mixed_folder, tmp_path, cluster, monkeypatch):
+    marker = tmp_path / "died-once"
+    dies_once = _dies_on("cat/with space", marker)
+    _pack_with(monkeypatch, dies_once, mixed_folder, tmp_path / "ray", cluster)
+    assert marker.exists()  # a worker did die
+    run("pack", mixed_folder, "--max-count", "3", "-o", tmp_path / "local", "-q")
+    assert comparable(packer.load_manifest(tmp_path / "ray")) == comparable(
+        packer.load_manifest(tmp_path / "local"))
+    assert data_files(tmp_path / "ray") == data_files(tmp_path / "local")
+
+
+def test_a_task_that_keeps_failing_stops_unpublished_and_resumes(mixed_folder, tmp_path,
+                                                                   cluster, monkeypatch):
+    out = tmp_path / "ray"
+    failed = _pack_with(monkeypatch, _dies_on("dog/deep/er/多%2Edots%2Ein%2Ename", None),
+                        mixed_folder, out, cluster, expect=1)
+    assert "failed on the Ray cluster after 3 retries" in failed.output
+    assert "--resume" in failed.output and "Traceback" not in failed.output
+    assert not out.exists()
+    progress = json.loads((tmp_path / "ray.partial" / "progress.json").read_text())
+    assert progress["parts"] and progress["tally"]["next_input"] > 0
+    monkeypatch.undo()
+    args = ["pack", mixed_folder, "--max-count", "3", "-q"]
+    resumed = run(*args, "-o", out, "--engine", "ray", "--address", cluster, "--resume")
+    assert "packing again from the start" not in resumed.output
+    run(*args, "-o", tmp_path / "local")
+    assert data_files(out) == data_files(tmp_path / "local")
+    assert "OK" in run("verify", out, "--against", mixed_folder, "-q").output
+
+
+def test_a_killed_ray_driver_leaves_nothing_published_and_resumes(mixed_folder, tmp_path,
+                                                                   cluster):
+    out = tmp_path / "killed"
+    args = ["pack", str(mixed_folder), "-o", str(out), "--max-count", "3", "-q", "--engine",
+            "ray", "--address", cluster]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists() and (tmp_path / "killed.partial" / "progress.json").exists()
+    assert "packing again from the start" not in run(*args, "--resume").output
+    run("pack", mixed_folder, "-o", tmp_path / "local", "--max-count", "3", "-q")
+    assert data_files(out) == data_files(tmp_path / "local")
+
+
+def test_what_the_ray_engine_refuses(image_folder, tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,y\n1,2,0\n3,4,1\n")
+    refused = run("pack", table, "--to", "hdf5", "--label-column", "y", "-o", tmp_path / "t.h5",
+                  "--engine", "ray", expect=2)
+    assert "as whole column blocks" in refused.output and not (tmp_path / "t.h5").exists()
+    assert "--workers is for --engine local" in run(
+        "pack", image_folder, "-o", tmp_path / "w", "--engine", "ray", "-j", "2",
+        expect=2).output
+    assert "pass --engine ray with it" in run(
+        "pack", image_folder, "-o", tmp_path / "w", "--address", "auto", expect=2).output
+    with pytest.raises(UsageProblem, match="pip install 'packer\\[ray\\]'"):
+        _without_ray(image_folder, tmp_path)
+
+
+def _without_ray(folder: Path, tmp_path: Path) -> None:
+    saved = sys.modules.get("ray")
+    sys.modules["ray"] = None  # `import ray` raises ImportError
+    try:
+        packer.pack(folder, tmp_path / "x", PackOptions(engine="ray", progress=False))
+    finally:
+        sys.modules["ray"] = saved
+
+
+def test_an_unreachable_cluster_is_one_message(image_folder, tmp_path):
+    result = run("pack", image_folder, "-o", tmp_path / "x", "--engine", "ray", "--address",
+                 f"127.0.0.1:{free_port()}", expect=1)
+    assert "cannot connect to a Ray cluster" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()
