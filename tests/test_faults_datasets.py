@@ -65,7 +65,7 @@ def edit_manifest(dataset, change):
 def cli_run(*args):
     """The CLI in a fresh process, so that a signal or a traceback is seen as one."""
     return subprocess.run([sys.executable, "-m", "packer", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=60)
 
 
 def assert_clean_failure(result, *expected):
@@ -197,6 +197,22 @@ def test_an_output_on_a_read_only_file_system_is_one_message(packed, read_only_f
                               "--out", str(read_only_folder / "run"), "--epochs", "1"],
                              capture_output=True, text=True)
     assert_clean_failure(trained, f"{read_only_folder / 'run'}: Read-only file system")
+
+
+def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
+    """libhdf5 walks a heap of image bytes by its objects' sizes: one zeroed made
+    verify and unpack loop forever."""
+    from packer.formats.hdf5.heaps import _heap_addresses
+
+    dataset = copy_of(packed, "hdf5", tmp_path)
+    with h5py.File(dataset, "r") as file:
+        heap = min(_heap_addresses(dataset, file["jpg"]))
+    with open(dataset, "r+b") as file:
+        file.seek(heap + 16)  # the first object's header: index 0, size 0
+        file.write(bytes(16))
+    for command in (["verify", dataset], ["unpack", dataset, "-o", tmp_path / "out"]):
+        assert_clean_failure(cli_run(*command, "-q"), f"heap of variable-length rows at byte "
+                                                      f"offset {heap:,} is damaged")
 
 
 DAMAGED_MANIFESTS = {

@@ -28,6 +28,7 @@ import h5py
 import msgpack
 
 from packer.errors import DatasetError
+from packer.formats.hdf5.heaps import check_heaps
 from packer.formats.hdf5.reader import Reader
 from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer
 from packer.formats.protocol import (
@@ -93,7 +94,18 @@ def reader(path: Path, manifest: dict) -> Reader:
 
 
 def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
+    """A part's samples, for verify, unpack and iter_samples: the file's heaps are
+    checked first, once per process (see heaps.py; the loader, which must open fast,
+    does not)."""
+    file = data_files(path, manifest)[0]
+    stat = file.stat()
+    if (str(file), stat.st_mtime_ns, stat.st_size) not in _HEAPS_CHECKED:
+        check_heaps(file)
+        _HEAPS_CHECKED.add((str(file), stat.st_mtime_ns, stat.st_size))
     return reader(path, manifest).read_part(part, _RUN)
+
+
+_HEAPS_CHECKED: set[tuple] = set()
 
 
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
