@@ -88,3 +88,6 @@ def unpack(dataset, out, overwrite, as_json, quiet):
     else:
         click.echo(f"unpacked {result['samples']:,} samples: {result['files']:,} files, "
                    f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")
+        if result["reencoded"]:
+            click.echo(f"note: {result['reencoded']}; they are written as stored, with the "
+                       "extension of their stored field")

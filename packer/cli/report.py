@@ -4,6 +4,7 @@ from pathlib import Path
 
 from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
+from packer.packing.transform import reencoded_text
 from packer.sample import split_name
 from packer.text import names_text, plural
 
@@ -97,7 +98,7 @@ def pack_text(manifest: dict, out: Path) -> str:
     lines = [f"packed {s['packed']:,} samples ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
-    lines += filter(None, [layout.layout_text(manifest)])
+    lines += filter(None, [layout.layout_text(manifest), reencoded_text(manifest)])
     where = str(out / MANIFEST_NAME)
     if manifest["skipped"]:
         lines.append(f"skipped {s['skipped']:,} inputs:")
@@ -167,10 +168,12 @@ def _ignored_text(manifest: dict) -> str:
 
 
 def verify_text(report: dict) -> str:
+    note = [f"note: {report['reencoded']}"] if report.get("reencoded") else []
     if report["ok"]:
-        return f"OK: {report['count']:,} samples in {report['dataset']} verified"
+        return "\n".join([f"OK: {report['count']:,} samples in {report['dataset']} verified",
+                          *note])
     lines = [f"FAILED: {plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
     lines += [f"  {p}" for p in report["problems"]]
     if report["problem_count"] > len(report["problems"]):
         lines.append(f"  ... and {report['problem_count'] - len(report['problems']):,} more")
-    return "\n".join(lines)
+    return "\n".join(lines + note)

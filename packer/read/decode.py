@@ -1,6 +1,7 @@
 """Decoding samples in the loader's workers.
 
-`decode="rgb8"` turns every image field into a uint8 tensor (3, H, W): EXIF
+`decode="rgb8"` turns every image field (and the uint8 pixels `packer pack --encode raw`
+stores in `rgb.npy`) into a uint8 tensor (3, H, W): EXIF
 orientation applied; grayscale, palette, CMYK, RGBA and 16-bit images brought to
 8-bit RGB (16-bit scaled down by 256, not clipped); resized to `image_size` when
 given, so images of different sizes stack into one batch. `decode="pil"` gives
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from packer.sample import KEY
+from packer.sample import KEY, RAW_IMAGE_FIELD
 from packer.sources.files.checks import PIL_FORMATS
 
 DECODE_MODES = ("rgb8", "pil", "raw")
@@ -86,6 +87,33 @@ def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = No
     return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
 
 
+_NPY_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...]]] = {}
+
+
+def npy_array(data) -> np.ndarray:
+    """The array of a .npy file's bytes (read-only, sharing `data`): the header of a
+    layout seen before is not parsed again."""
+    if isinstance(data, np.ndarray):
+        return data
+    end = 10 + int.from_bytes(data[8:10], "little")  # a version 1.0 header
+    header = bytes(data[:end])
+    layout = _NPY_LAYOUTS.get(header)
+    if layout is None:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        if data[6:7] != b"\x01" or array.dtype.hasobject or not array.flags.c_contiguous:
+            return array
+        layout = _NPY_LAYOUTS[header] = (array.dtype, array.shape)
+    dtype, shape = layout
+    return np.frombuffer(data, dtype, count=int(np.prod(shape)), offset=end).reshape(shape)
+
+
+def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None) -> torch.Tensor:
+    """A uint8 (3, H, W) tensor at `size`, with the antialiased bilinear filter."""
+    if size is None or tuple(pixels.shape[1:]) == size:
+        return pixels
+    return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
+
+
 def _field_kind(name: str) -> str:
     return name.rsplit(".", 1)[-1].lower()
 
@@ -105,6 +133,8 @@ class Decoder:
             return self.decoders[name](value)
         if isinstance(value, int):
             return value
+        if name == RAW_IMAGE_FIELD and self.mode != "raw":
+            return self.pixels(value)
         if isinstance(value, np.ndarray):
             return torch.from_numpy(value)
         kind = _field_kind(name)
@@ -124,11 +154,27 @@ class Decoder:
             return value.decode("utf-8")
         return value
 
+    def pixels(self, value) -> torch.Tensor | Image.Image:
+        """Stored uint8 pixels (height, width, 3) as the decode mode gives images."""
+        array = npy_array(value)
+        if self.mode == "pil":
+            image = Image.fromarray(array)
+            size = self.size and (self.size[1], self.size[0])
+            return image if not size or image.size == size else image.resize(size,
+                                                                              Image.BILINEAR)
+        pixels = torch.from_numpy(array.copy() if not array.flags.writeable else array)
+        return resized_tensor(pixels.permute(2, 0, 1), self.size)
+
     def __call__(self, sample: dict) -> dict:
         decoded = {name: value if name == KEY else self.field(name, value)
                    for name, value in sample.items()}
         if self.image_key:
-            images = [name for name in decoded if _field_kind(name) in IMAGE_FIELDS]
+            images = [name for name in decoded if is_image_field(name)]
             if len(images) == 1:
                 decoded[self.image_key] = decoded.pop(images[0])
         return decoded
+
+
+def is_image_field(name: str) -> bool:
+    """Whether a field holds an image: encoded (by its extension) or stored pixels."""
+    return name == RAW_IMAGE_FIELD or _field_kind(name) in IMAGE_FIELDS

@@ -24,7 +24,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from packer.read import plan
 from packer.read.dataset import PackedParts, open_parts
-from packer.read.decode import IMAGE_FIELDS, Decoder
+from packer.read.decode import Decoder, is_image_field
 from packer.sample import KEY
 
 ON_ERROR = ("warn", "skip", "raise")
@@ -215,7 +215,7 @@ def image_field(source: PackedParts) -> str | None:
     of one image each use several (jpg and png, or jpg and JPG), so that every sample
     has the same keys; None when samples hold several images (image + mask pairs)."""
     counts, samples = source.field_counts()
-    names = [name for name in counts if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    names = [name for name in counts if is_image_field(name)]
     if len(names) == 1:
         return names[0]
     one_each = sum(counts[name] for name in names) <= samples
