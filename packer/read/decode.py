@@ -52,17 +52,20 @@ def to_rgb8(image: Image.Image) -> Image.Image:
 
 
 def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
-                 resize: bool = True) -> Image.Image:
+                 resize: bool = True, reduced: bool = True) -> Image.Image:
     """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given
-    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes).
-    `kind` (the field's extension) spares PIL from trying every format."""
+    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes; without
+    `reduced`, a JPEG is decoded at full size first). `kind` (the field's extension)
+    spares PIL from trying every format."""
     hint = PIL_FORMATS.get(kind)
     try:
         image = Image.open(io.BytesIO(data), formats=[hint] if hint else None)
     except UnidentifiedImageError:  # named for another format: let PIL try them all
         image = Image.open(io.BytesIO(data))
-    if size is not None and image.format == "JPEG":
-        side = max(size)  # decode at a reduced scale that still covers the target
+    if reduced and size is not None and image.format == "JPEG":
+        # libjpeg's 1/2, 1/4 or 1/8 scale, the smallest that still covers the target on
+        # both sides (whichever way EXIF turns it): a fraction of a full decode's time
+        side = max(size)
         image.draft("RGB", (side, side))
     if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
         image = ImageOps.exif_transpose(image)
@@ -76,18 +79,17 @@ def image_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
-def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None
-                ) -> torch.Tensor:
+def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
+                reduced: bool = True) -> torch.Tensor:
     """Bytes to a uint8 (3, H, W) tensor, resized to `size` if given. torch resizes
     with the same antialiased bilinear filter as PIL (within 1 of 255 when shrinking,
-    2 when enlarging), in half the time."""
-    pixels = image_tensor(decode_image(data, size, kind, resize=False))
-    if size is None or tuple(pixels.shape[1:]) == size:
-        return pixels
-    return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
+    2 when enlarging), in half the time. A JPEG at least twice the target's size is
+    decoded at a reduced scale first (`reduced`; README: how far that differs)."""
+    pixels = image_tensor(decode_image(data, size, kind, resize=False, reduced=reduced))
+    return resized_tensor(pixels, size)
 
 
-_NPY_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...]]] = {}
+_NPY_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}
 
 
 def npy_array(data) -> np.ndarray:
@@ -102,9 +104,9 @@ def npy_array(data) -> np.ndarray:
         array = np.load(io.BytesIO(data), allow_pickle=False)
         if data[6:7] != b"\x01" or array.dtype.hasobject or not array.flags.c_contiguous:
             return array
-        layout = _NPY_LAYOUTS[header] = (array.dtype, array.shape)
-    dtype, shape = layout
-    return np.frombuffer(data, dtype, count=int(np.prod(shape)), offset=end).reshape(shape)
+        layout = _NPY_LAYOUTS[header] = (array.dtype, array.shape, array.size)
+    dtype, shape, count = layout
+    return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
 
 
 def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None) -> torch.Tensor:
@@ -122,10 +124,13 @@ class Decoder:
     """Decodes one sample dict; picklable, so it travels to spawned workers."""
 
     def __init__(self, mode: str = "rgb8", image_size=None,
-                 decoders: dict[str, Callable] | None = None, image_key: str | None = None):
+                 decoders: dict[str, Callable] | None = None, image_key: str | None = None,
+                 exact_resize: bool = False):
         if mode not in DECODE_MODES:
             raise ValueError(f"decode={mode!r}: use one of {', '.join(DECODE_MODES)}")
         self.mode, self.size, self.decoders = mode, _size(image_size), decoders or {}
+        self.reduced = not exact_resize  # JPEGs decoded at a reduced scale where it covers
+        self.arrays = False  # stored pixels as (H, W, 3) arrays, for packer.read.batches
         self.image_key = image_key  # every image field is renamed to this, when given
 
     def field(self, name: str, value):
@@ -142,8 +147,8 @@ class Decoder:
             if self.mode == "raw":
                 return value
             if self.mode == "rgb8":
-                return rgb8_tensor(value, self.size, kind)
-            return decode_image(value, self.size, kind)
+                return rgb8_tensor(value, self.size, kind, self.reduced)
+            return decode_image(value, self.size, kind, reduced=self.reduced)
         if kind == "cls":
             return int(value)
         if kind == "npy":
@@ -162,8 +167,11 @@ class Decoder:
             size = self.size and (self.size[1], self.size[0])
             return image if not size or image.size == size else image.resize(size,
                                                                               Image.BILINEAR)
+        if self.arrays and (self.size is None or array.shape[:2] == self.size):
+            return array
         pixels = torch.from_numpy(array.copy() if not array.flags.writeable else array)
-        return resized_tensor(pixels.permute(2, 0, 1), self.size)
+        pixels = resized_tensor(pixels.permute(2, 0, 1), self.size)
+        return pixels.permute(1, 2, 0) if self.arrays else pixels
 
     def __call__(self, sample: dict) -> dict:
         decoded = {name: value if name == KEY else self.field(name, value)
