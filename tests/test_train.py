@@ -184,3 +184,18 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
         train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
               *COMMON)
     assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1
+
+
+def test_fit_reads_raw_pixel_datasets_without_options(colours, tmp_path):
+    from train.config import TrainConfig
+    from train.data import describe
+
+    packer_run("pack", colours / "images", "--to", "lmdb", "--resize", "12x12", "--encode",
+               "raw", "-o", tmp_path / "raw", "-q")
+    info = describe(TrainConfig(data=str(tmp_path / "raw")))
+    assert info.kind == "image" and info.inputs == ["rgb.npy"] and info.decoded_images
+    out = tmp_path / "run"
+    output = train("fit", tmp_path / "raw", "--out", out, "--epochs", "3", "--val-split", "0.25",
+                   "--batch-size", "16", "--workers", "0", "--lr", "3e-3")
+    assert "image size 12: the images' own size" in output
+    assert json.loads((out / "summary.json").read_text())["best"]["val"]["accuracy"] >= 0.8
