@@ -85,6 +85,9 @@ def test_drop_last_and_len_count_the_batches_given(packed, workers):
     assert len(ours) == len(loader) and all(len(b["__key__"]) == 5 for b in ours)
     assert_same(ours, per_sample_batches(ds, workers, 5, drop_last=True), "rgb.npy")
     assert packer.DataLoader(ds, batch_size=5).batch_size == 5
+    pinned = list(packer.DataLoader(ds, batch_size=5, num_workers=workers, drop_last=True,
+                                    pin_memory=True))  # pinned where an accelerator is
+    assert_same(pinned, ours, "rgb.npy")
 
 
 def test_resume_mid_epoch_with_batches_from_the_workers(packed):

@@ -31,7 +31,8 @@ def inspect(dataset, as_json):
                     "classes": class_counts(manifest), "labels": labels_text(manifest),
                     "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
                     "source": manifest["source"], "skipped": manifest["skipped"],
-                    "ignored": manifest["ignored"], "records": manifest.get("records")})
+                    "ignored": manifest["ignored"], "records": manifest.get("records"),
+                    "transform": manifest.get("transform")})
     else:
         click.echo(inspect_text(manifest, dataset))
 

@@ -137,7 +137,8 @@ def inspect_text(manifest: dict, path: Path) -> str:
              f"in {len(manifest['parts'])} part{'' if len(manifest['parts']) == 1 else 's'}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
              f"{manifest['created']}", *_labels_lines(manifest)]
-    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest)])
+    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest),
+                           reencoded_text(manifest)])
     lines.append("fields:")
     for name, info in manifest["fields"].items():
         size = "" if name == "cls" else f", {_mb(info['bytes'])}"

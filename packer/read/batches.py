@@ -6,10 +6,16 @@ share the bytes read; each is copied once, into its row of the batch's buffer, w
 worker lies in shared memory (as torch's own collate puts it), so nothing is copied again on
 the way to the training process. The batch's images are that buffer seen as (B, 3, H, W):
 channels-last in memory, as convolutions on the CPU and on CUDA prefer.
+
+A worker ships a batch's small tensors (class ids, short arrays) as numpy arrays inside the
+batch's one pickle through the result pipe: torch would hand each tensor over as shared
+memory by a file descriptor, at a socket connection per tensor, which costs more than
+copying a small one.
 """
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -29,6 +35,38 @@ def batches(samples: Iterable[dict], size: int, drop_last: bool, collate) -> Ite
             batch = []
     if batch and not drop_last:
         yield collate(batch)
+
+
+SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pickle
+
+
+class Shipped(NamedTuple):
+    """A batch on its way from a worker, its small tensors as numpy arrays (`arrays`)."""
+
+    batch: dict
+    arrays: tuple[str, ...]
+
+
+def shipped(batch):
+    """In a DataLoader worker: the batch ready to cross (elsewhere: as it is)."""
+    if get_worker_info() is None or not isinstance(batch, dict):
+        return batch
+    arrays = tuple(n for n, v in batch.items() if isinstance(v, torch.Tensor)
+                   and v.device.type == "cpu" and not v.requires_grad
+                   and v.is_contiguous() and v.nbytes <= SMALL_TENSOR)
+    return Shipped({n: v.numpy() if n in arrays else v for n, v in batch.items()}, arrays)
+
+
+def landed(batch, pin: bool = False):
+    """A shipped batch as tensors again (sharing the arrays' memory), pinned if asked
+    (torch's pinning thread passes over numpy arrays)."""
+    if not isinstance(batch, Shipped):
+        return batch
+    out = batch.batch
+    for name in batch.arrays:
+        tensor = torch.from_numpy(out[name])
+        out[name] = tensor.pin_memory() if pin else tensor
+    return out
 
 
 def _buffer(shape: tuple[int, ...]) -> torch.Tensor:

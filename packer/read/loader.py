@@ -30,6 +30,8 @@ from packer.read.batches import (
     collate_samples,
     collate_with_pixels,
     consumed_per_worker,
+    landed,
+    shipped,
     widen_result_pipe,
 )
 from packer.read.dataset import PackedParts, open_parts
@@ -129,7 +131,7 @@ class PackedDataset(IterableDataset):
             return samples
         collate = (partial(collate_with_pixels, field=RAW_IMAGE_FIELD, collate=collate_samples)
                    if arrays else collate_samples)
-        return batches(samples, *batching, collate)
+        return map(shipped, batches(samples, *batching, collate))
 
     def _counted(self, samples):
         self._emitted = 0
@@ -343,10 +345,11 @@ class DataLoader(torch.utils.data.DataLoader):
             if self._batches_from_dataset:
                 dataset._batching = None
         widen_result_pipe(batches_in)
+        pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
         for count, batch in enumerate(batches_in, start=1):
             if tracking:
                 dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
-            yield batch
+            yield landed(batch, pin) if self._batches_from_dataset else batch
 
 
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
