@@ -7,6 +7,7 @@ import tarfile
 import h5py
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import packer
@@ -185,3 +186,5 @@ def test_raw_datasets_read_as_the_stored_pixels(tmp_path, fmt):
     for sample in ds:
         assert sample["rgb.npy"].shape == (3, 12, 16)
         assert np.array_equal(sample["rgb.npy"].permute(1, 2, 0).numpy(), stored[sample["__key__"]])
+    as_stored = next(iter(packer.open_dataset(out, decode="raw")))["rgb.npy"]
+    assert isinstance(as_stored, bytes | np.ndarray) and not isinstance(as_stored, torch.Tensor)

@@ -138,8 +138,8 @@ class Decoder:
             return self.decoders[name](value)
         if isinstance(value, int):
             return value
-        if name == RAW_IMAGE_FIELD and self.mode != "raw":
-            return self.pixels(value)
+        if name == RAW_IMAGE_FIELD:  # an image: left as stored by decode="raw"
+            return value if self.mode == "raw" else self.pixels(value)
         if isinstance(value, np.ndarray):
             return torch.from_numpy(value)
         kind = _field_kind(name)
