@@ -78,6 +78,7 @@ def test_raw_pixels_at_their_stored_size_and_resized(packed, fmt):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
 def test_drop_last_and_len_count_the_batches_given(packed, workers):
     ds = packer.open_dataset(packed["lmdb", "raw"])
     loader = packer.DataLoader(ds, batch_size=5, num_workers=workers, drop_last=True)
