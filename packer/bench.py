@@ -27,7 +27,7 @@ from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.manifest import is_packed, load_manifest
 from packer.read.decode import rgb8_tensor
-from packer.read.loader import open_dataset
+from packer.read.loader import DataLoader, open_dataset
 from packer.read.loose import LooseImages, loose_images
 from packer.sources.files.scan import read_file
 
@@ -53,6 +53,11 @@ class Contender:
     count: int
     bytes: int
     labels: list[int] = field(default_factory=list)  # loose: the label of each file
+    stored: str = "as the files are"  # the images' resolution and encoding, as stored
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(Path(f).stat().st_size for f in self.files)
 
     def dataset(self, options: BenchOptions):
         if self.kind == "loose":
@@ -60,6 +65,20 @@ class Contender:
                                options.image_size, options.decode)
         return open_dataset(self.name, shuffle=True, decode="rgb8" if options.decode else "raw",
                             image_size=options.image_size)
+
+
+def stored_text(manifest: dict) -> str:
+    """`64x64, raw pixels`, `shorter side 64, jpeg:90`, or `as packed` (the source's)."""
+    record = manifest.get("transform")
+    if not record:
+        return "as packed"
+    size = record.get("size")
+    rule = record.get("resize")
+    resolution = (f"{size[0]}x{size[1]} ({record['resize_mode']})" if size
+                  else f"longer side at most {rule[4:]}" if rule and rule.startswith("max:")
+                  else f"shorter side {rule}" if rule else "source size")
+    encoding = "raw pixels" if record["encode"] == "raw" else record["encode"]
+    return f"{resolution}, {encoding}"
 
 
 def describe(path: str) -> Contender:
@@ -73,7 +92,7 @@ def describe(path: str) -> Contender:
         files = format_module(manifest["format"]).data_files(folder, manifest)
         data = sum(f["bytes"] for f in manifest["fields"].values())
         return Contender(path, manifest["format"], [str(f) for f in files], manifest["count"],
-                         data)
+                         data, stored=stored_text(manifest))
     kept = loose_images(folder)
     files = [name for name, _ in kept]
     return Contender(path, "loose", files, len(files), sum(Path(f).stat().st_size for f in files),
@@ -210,7 +229,8 @@ def run_once(reader: Contender, workers: int, options: BenchOptions, cold: bool)
     if cold:
         drop_cache(reader.files)
     dataset = reader.dataset(options)
-    loader = torch.utils.data.DataLoader(
+    # packed datasets through packer's loader, which makes batches in the workers
+    loader = (torch.utils.data.DataLoader if reader.kind == "loose" else DataLoader)(
         dataset, batch_size=options.batch_size, num_workers=workers,
         shuffle=reader.kind == "loose", collate_fn=None if options.decode else list)
     limit = options.samples or reader.count
@@ -274,10 +294,12 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
         results.append(row)
     ceilings = {r.name: {"cat_samples_per_s": cat_rate(r, options.cold),
                          "kind": r.kind, "count": r.count} for r in readers}
+    stored = {r.name: {"bytes": r.stored_bytes, "images": r.stored} for r in readers}
     if options.decode and loose is not None:
         ceilings["decode_limit_samples_per_s"] = decode_limit(loose, options.image_size)
     return {"options": options.__dict__, "cold_drop_works": _cold_check(readers, options),
-            "results": results, "ceilings": ceilings, "recommend": recommend(results)}
+            "stored": stored, "results": results, "ceilings": ceilings,
+            "recommend": recommend(results)}
 
 
 def _cold_check(readers: list[Contender], options: BenchOptions) -> bool | None:
@@ -306,6 +328,9 @@ def table(report: dict) -> str:
                      f"{r['samples_per_s']:>10,.0f} "
                      f"{r['mb_per_s']:>7.1f} {r['first_batch_s']:>8.3f} {r['peak_rss_mb']:>7.0f} "
                      f"{r['peak_pss_mb']:>7.0f} {r.get('vs_loose', 1):>7.2f}x")
+    for name, stored in report.get("stored", {}).items():
+        lines.append(f"stored, {name}: {stored['bytes'] / 1e6:,.1f} MB, images "
+                     f"{stored['images']}")
     for name, ceiling in report["ceilings"].items():
         if isinstance(ceiling, dict):
             lines.append(f"ceiling, cat of {name}: {ceiling['cat_samples_per_s']:,.0f} samples/s")

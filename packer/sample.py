@@ -24,6 +24,11 @@ KEY = "__key__"
 LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
 INDEX_KEY = "%010d"  # the key of sample i where its source gives none
 INDEX_KEY_BYTES = INDEX_KEY.encode()
+# Encoded image fields, by extension; and the field of images stored as uint8 pixels
+# (height x width x 3, a .npy array) by `packer pack --encode raw`
+IMAGE_FIELDS = frozenset({"jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff", "ppm",
+                          "pgm"})
+RAW_IMAGE_FIELD = "rgb.npy"
 
 # The shapes in which a source offers its samples, and a format's writer takes them:
 SAMPLES = "samples"  # dicts, one by one (every source and every format)

@@ -43,3 +43,20 @@ def test_bench_refuses_bad_paths_and_worker_counts(loose_and_packed, tmp_path):
     assert "not a folder" in run("bench", tmp_path / "missing", expect=2).output
     bad = run("bench", str(loose_and_packed[0]), "--workers", "-1", expect=2).output
     assert "0 or more" in bad
+
+
+def test_bench_reads_transformed_packs_and_shows_how_they_are_stored(loose_and_packed, tmp_path):
+    images = loose_and_packed[0]
+    run("pack", images, "-o", tmp_path / "small", "--resize", "16", "-q")
+    run("pack", images, "--to", "lmdb", "-o", tmp_path / "raw", "--resize", "16x16", "--encode",
+        "raw", "-q")
+    paths = [str(images), str(tmp_path / "small"), str(tmp_path / "raw")]
+    out = run("bench", *paths, "--workers", "0,2", "--repeat", "1", "--batch-size", "16",
+              "--json", tmp_path / "b.json", "-q").output
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert {r["samples"] for r in report["results"]} == {60}
+    assert report["stored"][paths[1]]["images"] == "shorter side 16, keep"
+    assert report["stored"][paths[2]]["images"] == "16x16 (crop), raw pixels"
+    assert all(report["stored"][p]["bytes"] > 0 for p in paths)
+    assert report["stored"][paths[0]]["images"] == "as the files are"
+    assert f"stored, {paths[2]}: " in out and "images 16x16 (crop), raw pixels" in out

@@ -241,3 +241,18 @@ def test_a_damaged_last_checkpoint_is_one_message_on_resume(colours, tmp_path, d
     assert f"{last}: " in result.output and "without --resume" in result.output
     assert "Traceback" not in result.output and "Aborted" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_fit_reads_raw_pixel_datasets_without_options(colours, tmp_path):
+    from train.config import TrainConfig
+    from train.data import describe
+
+    packer_run("pack", colours / "images", "--to", "lmdb", "--resize", "12x12", "--encode",
+               "raw", "-o", tmp_path / "raw", "-q")
+    info = describe(TrainConfig(data=str(tmp_path / "raw")))
+    assert info.kind == "image" and info.inputs == ["rgb.npy"] and info.decoded_images
+    out = tmp_path / "run"
+    output = train("fit", tmp_path / "raw", "--out", out, "--epochs", "3", "--val-split", "0.25",
+                   "--batch-size", "16", "--workers", "0", "--lr", "3e-3")
+    assert "image size 12: the images' own size" in output
+    assert json.loads((out / "summary.json").read_text())["best"]["val"]["accuracy"] >= 0.8

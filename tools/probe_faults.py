@@ -106,10 +106,15 @@ def damage_once(dataset: Path, work: Path, reference: list, rng) -> bool:
                   file=sys.stderr)
             shutil.copyfile(target, f"{target}.hung")
             return False
-        clean &= done.returncode >= 0 and "Traceback" not in done.stderr
-        clean &= done.returncode == 0 or bool((done.stdout + done.stderr).strip())
-        if command[0] == "verify" and done.returncode == 0:  # then it must read back right
-            clean &= _samples(copy) == reference
+        problem = ("a signal" if done.returncode < 0 else
+                   "a traceback" if "Traceback" in done.stderr else
+                   "no message" if done.returncode and not (done.stdout + done.stderr).strip()
+                   else "OK, but wrong samples" if command[0] == "verify"
+                   and done.returncode == 0 and _samples(copy) != reference else None)
+        if problem:
+            print(f"{problem}: packer {command[0]} after a {how} of {length} at byte {start} "
+                  f"of {target.name}: {done.stderr.strip()[-300:]}", file=sys.stderr)
+            clean = False
     return clean
 
 
@@ -120,6 +125,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20, help="kills per format")
     parser.add_argument("--damages", type=int, default=40, help="damaged copies per format")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--formats", default=",".join(FORMAT_NAMES))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng, work = random.Random(args.seed), args.work
@@ -128,7 +134,7 @@ def main() -> None:
     if not images.exists():
         make_images(images, args.images, args.seed, os.cpu_count() or 1)
     results = {}
-    for fmt in FORMAT_NAMES:
+    for fmt in args.formats.split(","):
         good = output_of(fmt, work, f"good-{fmt}")
         if not good.exists():
             packer_run(*pack_args(images, fmt, good))

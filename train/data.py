@@ -8,7 +8,14 @@ from pathlib import Path
 import torch
 
 import packer
-from packer import IMAGE_FIELDS, MANIFEST_NAME, LooseImages, loose_images, scan_folder
+from packer import (
+    IMAGE_FIELDS,
+    MANIFEST_NAME,
+    RAW_IMAGE_FIELD,
+    LooseImages,
+    loose_images,
+    scan_folder,
+)
 from packer.errors import PackerError
 from train.config import TrainConfig
 
@@ -69,8 +76,10 @@ class DataInfo:
 
     @property
     def decoded_images(self) -> bool:
-        """Images the loader decodes (not arrays of pixels)."""
-        return self.kind == "image" and not self.inputs[0].endswith(".npy")
+        """Images the loader decodes (not arrays of pixels): encoded, or the RGB pixels
+        `packer pack --encode raw` stores."""
+        return self.kind == "image" and (not self.inputs[0].endswith(".npy")
+                                         or self.inputs[0] == RAW_IMAGE_FIELD)
 
 
 def describe(config: TrainConfig) -> DataInfo:
@@ -107,12 +116,28 @@ def image_sizes(info: DataInfo, config: TrainConfig, count: int = 256) -> list[t
     data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1)
     sizes = []
     for sample in data:
-        encoded = next(v for n, v in sample.items() if n.rsplit(".", 1)[-1].lower()
-                       in IMAGE_FIELDS)
-        sizes.append(Image.open(io.BytesIO(encoded)).size)
+        name, encoded = next((n, v) for n, v in sample.items() if _is_image(n))
+        if name == RAW_IMAGE_FIELD:  # stored pixels, (height, width, 3)
+            height, width = _pixels_shape(encoded)[:2]
+            sizes.append((width, height))
+        else:
+            sizes.append(Image.open(io.BytesIO(encoded)).size)
         if len(sizes) == count:
             break
     return sizes
+
+
+def _is_image(name: str) -> bool:
+    return name == RAW_IMAGE_FIELD or name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS
+
+
+def _pixels_shape(value) -> tuple[int, ...]:
+    """The shape of stored pixels: an array (HDF5), or .npy bytes."""
+    if hasattr(value, "shape"):
+        return tuple(value.shape)
+    import numpy as np
+
+    return np.load(io.BytesIO(value), allow_pickle=False).shape
 
 
 def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
@@ -150,7 +175,7 @@ def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
 def _image_key(fields: dict, count: int) -> str | None:
     """The key images come under: the one image field; "image" when samples of one
     image each use several (jpg and png, or jpg and JPG), as the loader yields them."""
-    names = [n for n in fields if n.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    names = [n for n in fields if _is_image(n)]
     if len(names) > 1 and sum(fields[n].get("count", 0) for n in names) <= count:
         return "image"
     return names[0] if names else None

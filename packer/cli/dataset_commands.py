@@ -51,7 +51,8 @@ def inspect(dataset, as_json):
                     "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
                     "source": manifest["source"], "skipped": manifest["skipped"],
                     "warnings": manifest.get("warnings") or [],
-                    "ignored": manifest["ignored"], "records": manifest.get("records")})
+                    "ignored": manifest["ignored"], "records": manifest.get("records"),
+                    "transform": manifest.get("transform")})
     else:
         click.echo(inspect_text(manifest, dataset))
 
@@ -112,3 +113,6 @@ def unpack(dataset, out, overwrite, as_json, quiet):
         click.echo(f"unpacked {plural(result['samples'], 'sample')}: "
                    f"{plural(result['files'], 'file')}, "
                    f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")
+        if result["reencoded"]:
+            click.echo(f"note: {result['reencoded']}; they are written as stored, with the "
+                       "extension of their stored field")

@@ -19,6 +19,7 @@ from packer.cli.report import pack_summary, pack_text
 from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES
 from packer.packing.options import PackOptions, check_pack_options
 from packer.packing.parallel import ENGINES, tune_for_packing
+from packer.packing.transform import RESIZE_MODES
 from packer.sources import recorded_kind
 from packer.sources.files.checks import CHECK_MODES
 
@@ -117,6 +118,20 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--task", type=click.Choice(["classify", "regress"]), default="classify",
               show_default=True,
               help="Table: class ids (cls) from the label, or a float target (target.npy).")
+@click.option("--resize", metavar="SIZE",
+              help="Folder of images: store every image at the training resolution: N (the "
+                   "shorter side, e.g. --resize 64), WxH (exactly, e.g. --resize 64x64; see "
+                   "--resize-mode) or max:N (the longer side at most N). Images are "
+                   "re-encoded (--encode); verify --against and unpack say so.")
+@click.option("--resize-mode", type=click.Choice(RESIZE_MODES), default="crop",
+              show_default=True,
+              help="With --resize WxH: crop (scale to cover, centre crop), pad (scale to "
+                   "fit, black borders) or stretch, e.g. --resize 64x64 --resize-mode pad.")
+@click.option("--encode", default="keep", show_default=True, metavar="ENCODER",
+              help="Folder of images: how images are stored: keep (as they are; with "
+                   "--resize, in their own format), jpeg[:QUALITY] (default 90), png, webp, "
+                   "or raw (uint8 pixels in the field rgb.npy: nothing to decode when "
+                   "reading), e.g. --resize 64x64 --encode raw.")
 @table_reading_options
 @json_option
 @quiet_option
@@ -128,7 +143,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
     Classes come from sub-folder names (ImageFolder layout), from --labels, from a
     record field, from a table's --label-column, or there are none. Bad inputs are
     listed with their reason, never dropped silently. Files are stored byte for byte;
-    binary records as arrays in their own type and native byte order; a table row as a
+    with --resize or --encode, images are stored re-encoded at the training
+    resolution; binary records as arrays in their own type and native byte order; a table row as a
     float32 feature array (see docs/tables.md).
 
     \b
@@ -146,6 +162,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./visits.csv --to hdf5 --label-column outcome --categorical city,sex \\
           --date-columns admitted -o visits.h5
       packer pack ./images --to webdataset -o ./images-wds --max-count 10000
+      packer pack ./images --to webdataset --resize 64 -o ./images64-wds
+      packer pack ./images --to lmdb --resize 64x64 --encode raw -o ./images64.lmdb
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
       packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
     """

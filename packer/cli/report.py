@@ -4,6 +4,7 @@ from pathlib import Path
 
 from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
+from packer.packing.transform import reencoded_text
 from packer.sample import split_name
 from packer.text import names_text, plural
 
@@ -99,7 +100,7 @@ def pack_text(manifest: dict, out: Path) -> str:
     lines = [f"packed {plural(s['packed'], 'sample')} ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
-    lines += filter(None, [layout.layout_text(manifest)])
+    lines += filter(None, [layout.layout_text(manifest), reencoded_text(manifest)])
     where = str(out / MANIFEST_NAME)
     if manifest["skipped"]:
         lines.append(f"skipped {plural(s['skipped'], 'input')}:")
@@ -142,7 +143,8 @@ def inspect_text(manifest: dict, path: Path) -> str:
              f"{_mb(total)} in {plural(len(manifest['parts']), 'part')}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
              f"{manifest['created']}", *_labels_lines(manifest)]
-    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest)])
+    lines += filter(None, [format_module(manifest["format"]).layout_text(manifest),
+                           reencoded_text(manifest)])
     lines.append("fields:")
     for name, info in manifest["fields"].items():
         size = "" if name == "cls" else f", {_mb(info['bytes'])}"
@@ -199,10 +201,12 @@ def _ignored_text(manifest: dict) -> str:
 
 
 def verify_text(report: dict) -> str:
+    note = [f"note: {report['reencoded']}"] if report.get("reencoded") else []
     if report["ok"]:
-        return f"OK: {plural(report['count'], 'sample')} in {report['dataset']} verified"
+        return "\n".join([f"OK: {plural(report['count'], 'sample')} in {report['dataset']} "
+                          "verified", *note])
     lines = [f"FAILED: {plural(report['problem_count'], 'problem')} in {report['dataset']}:"]
     lines += [f"  {p}" for p in report["problems"]]
     if report["problem_count"] > len(report["problems"]):
         lines.append(f"  ... and {report['problem_count'] - len(report['problems']):,} more")
-    return "\n".join(lines)
+    return "\n".join(lines + note)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from packer.errors import UsageProblem
 from packer.formats import DEFAULT_FORMAT, format_module, registered
+from packer.packing.transform import Transform
 from packer.sources import all_kinds, claim, kind_info, source_options
 from packer.sources.base import Applies
 
@@ -52,11 +53,22 @@ class PackOptions:
     categorical: tuple = ()
     date_columns: tuple = ()
     task: str = "classify"
+    resize: str | None = None  # the pack-time transform (packer/packing/transform.py)
+    resize_mode: str = "crop"
+    encode: str = "keep"
+
+    def transform(self) -> Transform | None:
+        """The transform of every image, or None when the files are stored as they are."""
+        transform = Transform(self.resize, self.resize_mode, self.encode)
+        return transform if transform.active else None
 
     def recorded(self) -> dict:
-        """The options that shape the output, as the manifest records them."""
+        """The options that shape the output, as the manifest records them (the
+        transform's only when there is one: a pack without it records what it did
+        before the transform existed)."""
         kept = asdict(self)
-        for name in ("workers", "engine", "address", "resume", "overwrite", "progress"):
+        dropped = ["workers", "engine", "address", "resume", "overwrite", "progress"]
+        for name in dropped + ([*TRANSFORM_OPTIONS] if self.transform() is None else []):
             kept.pop(name)
         kept["labels"] = str(self.labels.resolve()) if self.labels else None
         return kept
@@ -87,6 +99,7 @@ EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "
 # Bounds of a part, which a format reads or not (its PACK_OPTIONS): given to a format that
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})
+TRANSFORM_OPTIONS = ("resize", "resize_mode", "encode")
 _APPLIES = {**source_options(), **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
 PACK_OPTIONS: dict[str, Applies] = {  # in the order of PackOptions, as `--help` lists them
     name: _APPLIES[name] for name in PackOptions.__dataclass_fields__ if name in _APPLIES}

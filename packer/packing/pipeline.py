@@ -45,6 +45,7 @@ RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS 
 
 def check_paths(source: Path, out: Path, options: PackOptions) -> None:
     claimed(source, options.spec)
+    options.transform()  # a bad --resize or --encode is refused before anything is read
     src, dst = source.resolve(), out.resolve()
     if dst.is_relative_to(src):
         raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
@@ -74,7 +75,9 @@ def _setup(source, options: PackOptions) -> dict:
     fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.shaping()],
                                             default=str).encode()).hexdigest()
     indexed = shape != SAMPLES  # samples keyed by their index: the reader makes the keys
-    return {"fields": source.field_specs, "classes": source.classes,
+    transform = options.transform()
+    fields = transform.fields(source.field_specs) if transform else source.field_specs
+    return {"fields": fields, "classes": source.classes, "transform": transform,
             "input_bytes": source.input_bytes, "fingerprint": fingerprint,
             # kept in progress.json to say what changed when a --resume is refused
             "options": json.loads(json.dumps(options.recorded(), default=str)),
@@ -125,13 +128,16 @@ def _fail_on(entry: dict, root: Path) -> None:
 
 
 def _pack_chunk(job: tuple) -> Chunk:
-    """Read, check and encode a run of samples: the unit of work of a worker.
+    """Read, check, transform (with --resize or --encode) and encode a run of samples:
+    the unit of work of a worker.
 
     A worker process writes the encoded bytes to a spool file instead of returning
     them: a pipe would copy every byte several times in the main process.
     """
-    read_job, source_job, fmt, spool = job
-    chunk = encode_chunk(read_job(source_job), format_module(fmt))
+    read_job, source_job, fmt, spool, transform = job
+    outcomes = read_job(source_job)
+    chunk = encode_chunk(transform.apply(outcomes) if transform else outcomes,
+                         format_module(fmt))
     if spool is None:
         return chunk
     with open(spool, "xb") as file:  # never a file that another run's worker made
@@ -235,7 +241,8 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
     spool = writer.folder / f"{SPOOL_NAME}-{secrets.token_hex(6)}"  # this run's only
     spool.mkdir()
     spooled = options.engine == "local" and options.workers > 1  # Ray's tasks return theirs
-    jobs = ((read_job, job, options.to, str(spool / f"{n:08d}") if spooled else None)
+    jobs = ((read_job, job, options.to, str(spool / f"{n:08d}") if spooled else None,
+             setup["transform"])
             for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
     bar = _progress_bar(options, total=total, initial=start, unit="sample",
                         desc=f"packing to {options.to}", dynamic_ncols=True)
@@ -283,6 +290,7 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
         "key_dataset": setup["key_dataset"],
         **({"records": setup["records"]} if setup["records"] else {}),
         "options": options.recorded(),
+        **({"transform": setup["transform"].record()} if setup["transform"] else {}),
         "skipped": sorted(({**entry, "reason": without_addresses(entry["reason"])}
                            for entry in source.scan_skipped + tally.skipped),
                           key=lambda e: e["path"]),

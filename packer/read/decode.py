@@ -1,7 +1,8 @@
 """Decoding samples in the loader's workers.
 
 `decode="rgb8"` turns every image field (any raster format Pillow opens: JPEG, PNG,
-TIFF, TGA, ICO, PSD, JPEG 2000, PCX, PPM, ...) into a uint8 tensor (3, H, W): EXIF
+TIFF, TGA, ICO, PSD, JPEG 2000, PCX, PPM, ...; and the uint8 pixels `packer pack
+--encode raw` stores in `rgb.npy`) into a uint8 tensor (3, H, W): EXIF
 orientation applied; grayscale, palette, CMYK, RGBA and 16-bit images brought to
 8-bit RGB (16-bit scaled down by 256, not clipped); resized to `image_size` when
 given, so images of different sizes stack into one batch. `decode="pil"` gives
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from packer.sample import KEY
+from packer.sample import KEY, RAW_IMAGE_FIELD
 from packer.sources.files.checks import PIL_FORMATS
 
 DECODE_MODES = ("rgb8", "pil", "raw")
@@ -52,17 +53,20 @@ def to_rgb8(image: Image.Image) -> Image.Image:
 
 
 def decode_image(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
-                 resize: bool = True) -> Image.Image:
+                 resize: bool = True, reduced: bool = True) -> Image.Image:
     """Bytes to an upright 8-bit RGB PIL image, resized to (height, width) if given
-    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes).
-    `kind` (the field's extension) spares PIL from trying every format."""
+    (without `resize`, only as far as JPEG's cheap reduced-scale decoding goes; without
+    `reduced`, a JPEG is decoded at full size first). `kind` (the field's extension)
+    spares PIL from trying every format."""
     hint = PIL_FORMATS.get(kind)
     try:
         image = Image.open(io.BytesIO(data), formats=[hint] if hint else None)
     except (UnidentifiedImageError, KeyError):  # another format, or one this Pillow lacks
         image = Image.open(io.BytesIO(data))
-    if size is not None and image.format == "JPEG":
-        side = max(size)  # decode at a reduced scale that still covers the target
+    if reduced and size is not None and image.format == "JPEG":
+        # libjpeg's 1/2, 1/4 or 1/8 scale, the smallest that still covers the target on
+        # both sides (whichever way EXIF turns it): a fraction of a full decode's time
+        side = max(size)
         image.draft("RGB", (side, side))
     if image.getexif().get(_EXIF_ORIENTATION, 1) != 1:
         image = ImageOps.exif_transpose(image)
@@ -76,12 +80,38 @@ def image_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
-def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None
-                ) -> torch.Tensor:
+def rgb8_tensor(data: bytes, size: tuple[int, int] | None, kind: str | None = None,
+                reduced: bool = True) -> torch.Tensor:
     """Bytes to a uint8 (3, H, W) tensor, resized to `size` if given. torch resizes
     with the same antialiased bilinear filter as PIL (within 1 of 255 when shrinking,
-    2 when enlarging), in half the time."""
-    pixels = image_tensor(decode_image(data, size, kind, resize=False))
+    2 when enlarging), in half the time. A JPEG at least twice the target's size is
+    decoded at a reduced scale first (`reduced`; README: how far that differs)."""
+    pixels = image_tensor(decode_image(data, size, kind, resize=False, reduced=reduced))
+    return resized_tensor(pixels, size)
+
+
+_NPY_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}
+
+
+def npy_array(data) -> np.ndarray:
+    """The array of a .npy file's bytes (read-only, sharing `data`): the header of a
+    layout seen before is not parsed again."""
+    if isinstance(data, np.ndarray):
+        return data
+    end = 10 + int.from_bytes(data[8:10], "little")  # a version 1.0 header
+    header = bytes(data[:end])
+    layout = _NPY_LAYOUTS.get(header)
+    if layout is None:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+        if data[6:7] != b"\x01" or array.dtype.hasobject or not array.flags.c_contiguous:
+            return array
+        layout = _NPY_LAYOUTS[header] = (array.dtype, array.shape, array.size)
+    dtype, shape, count = layout
+    return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
+
+
+def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None) -> torch.Tensor:
+    """A uint8 (3, H, W) tensor at `size`, with the antialiased bilinear filter."""
     if size is None or tuple(pixels.shape[1:]) == size:
         return pixels
     return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
@@ -95,10 +125,13 @@ class Decoder:
     """Decodes one sample dict; picklable, so it travels to spawned workers."""
 
     def __init__(self, mode: str = "rgb8", image_size=None,
-                 decoders: dict[str, Callable] | None = None, image_key: str | None = None):
+                 decoders: dict[str, Callable] | None = None, image_key: str | None = None,
+                 exact_resize: bool = False):
         if mode not in DECODE_MODES:
             raise ValueError(f"decode={mode!r}: use one of {', '.join(DECODE_MODES)}")
         self.mode, self.size, self.decoders = mode, _size(image_size), decoders or {}
+        self.reduced = not exact_resize  # JPEGs decoded at a reduced scale where it covers
+        self.arrays = False  # stored pixels as (H, W, 3) arrays, for packer.read.batches
         self.image_key = image_key  # every image field is renamed to this, when given
 
     def field(self, name: str, value):
@@ -106,6 +139,8 @@ class Decoder:
             return self.decoders[name](value)
         if isinstance(value, int):
             return value
+        if name == RAW_IMAGE_FIELD:  # an image: left as stored by decode="raw"
+            return value if self.mode == "raw" else self.pixels(value)
         if isinstance(value, np.ndarray):
             return torch.from_numpy(value)
         kind = _field_kind(name)
@@ -113,8 +148,8 @@ class Decoder:
             if self.mode == "raw":
                 return value
             if self.mode == "rgb8":
-                return rgb8_tensor(value, self.size, kind)
-            return decode_image(value, self.size, kind)
+                return rgb8_tensor(value, self.size, kind, self.reduced)
+            return decode_image(value, self.size, kind, reduced=self.reduced)
         if kind == "cls":
             return int(value)
         if kind == "npy":
@@ -125,11 +160,30 @@ class Decoder:
             return value.decode("utf-8")
         return value
 
+    def pixels(self, value) -> torch.Tensor | Image.Image:
+        """Stored uint8 pixels (height, width, 3) as the decode mode gives images."""
+        array = npy_array(value)
+        if self.mode == "pil":
+            image = Image.fromarray(array)
+            size = self.size and (self.size[1], self.size[0])
+            return image if not size or image.size == size else image.resize(size,
+                                                                              Image.BILINEAR)
+        if self.arrays and (self.size is None or array.shape[:2] == self.size):
+            return array
+        pixels = torch.from_numpy(array.copy() if not array.flags.writeable else array)
+        pixels = resized_tensor(pixels.permute(2, 0, 1), self.size)
+        return pixels.permute(1, 2, 0) if self.arrays else pixels
+
     def __call__(self, sample: dict) -> dict:
         decoded = {name: value if name == KEY else self.field(name, value)
                    for name, value in sample.items()}
         if self.image_key:
-            images = [name for name in decoded if _field_kind(name) in IMAGE_FIELDS]
+            images = [name for name in decoded if is_image_field(name)]
             if len(images) == 1:
                 decoded[self.image_key] = decoded.pop(images[0])
         return decoded
+
+
+def is_image_field(name: str) -> bool:
+    """Whether a field holds an image: encoded (by its extension) or stored pixels."""
+    return name == RAW_IMAGE_FIELD or _field_kind(name) in IMAGE_FIELDS

@@ -13,19 +13,30 @@ opened lazily in the process that reads, never inherited across fork, so `spawn`
 works as well as `fork`.
 """
 
+import copy
 import gc
 import os
 import warnings
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import IterableDataset, default_collate, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.read import plan
+from packer.read.batches import (
+    batches,
+    collate_samples,
+    collate_with_pixels,
+    consumed_per_worker,
+    landed,
+    shipped,
+    widen_result_pipe,
+)
 from packer.read.dataset import PackedParts, open_parts
-from packer.read.decode import IMAGE_FIELDS, Decoder
-from packer.sample import KEY
+from packer.read.decode import Decoder, is_image_field
+from packer.sample import KEY, RAW_IMAGE_FIELD
 
 ON_ERROR = ("warn", "skip", "raise")
 
@@ -40,7 +51,11 @@ class PackedDataset(IterableDataset):
                  decode: str = "rgb8", image_size=None, transform=None, decoders=None,
                  rank: int | None = None, world_size: int | None = None,
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
-                 unit: int = 64, holdout: tuple[float, str] | None = None):
+                 unit: int = 64, holdout: tuple[float, str] | None = None,
+                 exact_resize: bool = False, threads: int = 0):
+        if threads < 0:
+            raise ValueError(f"threads={threads}: give 0 (decode in the reading process or "
+                             "worker) or the number of decoding threads")
         if remainder not in plan.REMAINDERS:
             raise ValueError(f"remainder={remainder!r}: use 'pad' or 'drop'")
         if on_error not in ON_ERROR:
@@ -58,11 +73,12 @@ class PackedDataset(IterableDataset):
         self.source, self.shuffle, self.seed = source, shuffle, seed
         self.image_field = image_field(source)
         self.decoder = Decoder(decode, image_size, decoders,
-                               image_key=self.image_field if self.image_field == "image" else None)
+                               image_key=self.image_field if self.image_field == "image" else None,
+                               exact_resize=exact_resize)
         # Samples decoded to tensors are batched: one without the image cannot be
         self.required_image = (("image" if self.image_field == "image" else self.image_field)
                                if decode == "rgb8" else None)
-        self.transform = transform
+        self.transform, self.threads = transform, threads
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
         self.holdout = holdout
@@ -76,6 +92,7 @@ class PackedDataset(IterableDataset):
         self._resume: dict | None = None
         self._emitted = 0  # samples yielded in this process this epoch (num_workers=0)
         self._consumed_batches = None  # (batches, batch_size, workers, drop_last), by DataLoader
+        self._batching: tuple[int, bool] | None = None  # (batch_size, drop_last), by DataLoader
 
     @property
     def classes(self) -> list[str] | None:
@@ -102,18 +119,54 @@ class PackedDataset(IterableDataset):
                                                for w in range(num_workers))]
 
     def __iter__(self):
-        info = get_worker_info()
+        """This process's samples; or, read through `packer.DataLoader`, its batches."""
+        info, batching = get_worker_info(), self._batching
+        arrays = bool(batching) and self._pixels_as_arrays()
         if info is None:
-            self._emitted = 0
-            for sample in self.iter_worker(0, 1):
-                self._emitted += 1
-                yield sample
+            samples = self._counted(self.iter_worker(0, 1, arrays))
         else:
             _freeze_inherited_objects()
-            yield from self.iter_worker(info.id, info.num_workers)
+            samples = self.iter_worker(info.id, info.num_workers, arrays)
+        if batching is None:
+            return samples
+        collate = (partial(collate_with_pixels, field=RAW_IMAGE_FIELD, collate=collate_samples)
+                   if arrays else collate_samples)
+        return map(shipped, batches(samples, *batching, collate))
 
-    def iter_worker(self, worker: int, num_workers: int):
-        """The samples `worker` of `num_workers` yields this epoch, decoded."""
+    def _counted(self, samples):
+        self._emitted = 0
+        for sample in samples:
+            self._emitted += 1
+            yield sample
+
+    def _pixels_as_arrays(self) -> bool:
+        """Whether stored pixels go into batches straight from the bytes read: raw
+        datasets decoded to rgb8 that no transform or decoder of the user's sees."""
+        return (self.image_field == RAW_IMAGE_FIELD and self.decoder.mode == "rgb8"
+                and self.transform is None and RAW_IMAGE_FIELD not in self.decoder.decoders)
+
+    def iter_worker(self, worker: int, num_workers: int, arrays: bool = False):
+        """The samples `worker` of `num_workers` yields this epoch, decoded (stored
+        pixels as (H, W, 3) arrays with `arrays`)."""
+        decoder = self.decoder
+        if arrays:
+            decoder = copy.copy(decoder)
+            decoder.arrays = True
+        last_good, owed = None, 0  # owed: failures to replace with the next good sample
+        for sample in self._decoded(worker, num_workers, decoder):
+            if sample is None and self.on_error == "warn" and last_good is not None:
+                yield last_good
+            elif sample is None:
+                owed += self.on_error == "warn"
+            else:
+                last_good = sample
+                for _ in range(1 + owed):
+                    yield sample
+                owed = 0
+
+    def _decoded(self, worker: int, num_workers: int, decoder: Decoder):
+        """The worker's samples in their order, each decoded or None where it failed:
+        read in windows of contiguous runs, decoded in `threads` threads if asked."""
         runs = plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
                                 seed=self.seed, epoch=self.epoch, rank=self.rank,
                                 world_size=self.world_size, worker=worker,
@@ -121,7 +174,7 @@ class PackedDataset(IterableDataset):
                                 holdout=self.holdout)
         skip = self._skip(worker, num_workers)
         reader, position = self.source.reader(), 0
-        last_good, owed = None, 0  # owed: failures to replace with the next good sample
+        pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
         try:
             for number, window in enumerate(plan.windows(runs, self.window)):
                 size = sum(run.count for run in window)
@@ -131,27 +184,32 @@ class PackedDataset(IterableDataset):
                 raw = [s for run in window for s in reader.read(run.part, run.start, run.count)]
                 order = plan.window_order(size, self.shuffle, self.seed, self.epoch, self.rank,
                                           worker, number)
-                for index in order[max(0, skip - position):]:
-                    sample = self._decode(raw[index])
-                    if sample is None and self.on_error == "warn" and last_good is not None:
-                        yield last_good
-                    elif sample is None:
-                        owed += self.on_error == "warn"
-                    else:
-                        last_good = sample
-                        for _ in range(1 + owed):
-                            yield sample
-                        owed = 0
+                indices = order[max(0, skip - position):]
+                if pool is None:
+                    yield from (self._decode(raw[index], decoder) for index in indices)
+                else:
+                    yield from self._decode_in_threads(raw, indices, decoder, pool)
                 position += size
         finally:
             reader.close()
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
 
-    def _decode(self, raw: dict) -> dict | None:
+    def _decode_in_threads(self, raw: list[dict], indices, decoder: Decoder, pool):
+        """The samples at `indices` decoded by the pool's threads, in that order (a few
+        runs of samples per thread: one task per sample would cost more than a small
+        image's decode)."""
+        step = max(1, -(-len(indices) // (4 * self.threads)))
+        runs = [indices[begin:begin + step] for begin in range(0, len(indices), step)]
+        for decoded in pool.map(lambda run: [self._decode(raw[i], decoder) for i in run], runs):
+            yield from decoded
+
+    def _decode(self, raw: dict, decoder: Decoder) -> dict | None:
         """The decoded sample, or None (with a warning) when it fails to decode.
         With on_error="warn" the caller puts another sample in its place, so that
         every rank still yields the same count."""
         try:
-            sample = self.decoder(raw)
+            sample = decoder(raw)
             if self.required_image and self.required_image not in sample:
                 raise LookupError(f"no {self.required_image} field to decode (its fields: "
                                   f"{', '.join(n for n in sample if n != KEY)})")
@@ -215,7 +273,7 @@ def image_field(source: PackedParts) -> str | None:
     of one image each use several (jpg and png, or jpg and JPG), so that every sample
     has the same keys; None when samples hold several images (image + mask pairs)."""
     counts, samples = source.field_counts()
-    names = [name for name in counts if name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+    names = [name for name in counts if is_image_field(name)]
     if len(names) == 1:
         return names[0]
     one_each = sum(counts[name] for name in names) <= samples
@@ -234,36 +292,14 @@ def _freeze_inherited_objects() -> None:
         gc.freeze()
 
 
-def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
-                        batches: int) -> list[int]:
-    """Samples of each worker in the first `batches` batches of a DataLoader, which
-    takes batches from its workers in turn, passing over those that have run out."""
-    per_worker = [size // batch_size if drop_last else -(-size // batch_size) for size in sizes]
-    consumed, round_ = [0] * len(sizes), 0
-    while batches > 0 and round_ < max(per_worker, default=0):
-        for worker, size in enumerate(sizes):
-            if batches > 0 and round_ < per_worker[worker]:
-                consumed[worker] += min(batch_size, size - round_ * batch_size)
-                batches -= 1
-        round_ += 1
-    return consumed
+_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
+                "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator")  # torch's DataLoader's, in order
 
 
-def collate_samples(batch: list[dict]):
-    """torch's default_collate, but samples of a batch must have the same fields:
-    default_collate keeps the first sample's fields, so a sidecar that only some
-    samples have would vanish from some batches and fail others."""
-    if isinstance(batch[0], dict) and any(s.keys() != batch[0].keys() for s in batch):
-        shapes = Counter(tuple(sorted(n for n in s if n != KEY)) for s in batch)
-        if len(shapes) > 1:
-            usual = shapes.most_common(1)[0][0]
-            odd = next(s for s in batch if tuple(sorted(n for n in s if n != KEY)) != usual)
-            raise ValueError(
-                f"the samples of a batch have different fields: {odd.get(KEY)!r} has "
-                f"{', '.join(n for n in odd if n != KEY)}, most have {', '.join(usual)}; "
-                "drop the odd fields in a transform= (or pass collate_fn=) so that every "
-                "sample has the same ones")
-    return default_collate(batch)
+def _pass_on(batch):
+    """The collate of a loader whose dataset yields whole batches."""
+    return batch
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -271,14 +307,23 @@ class DataLoader(torch.utils.data.DataLoader):
     so that `dataset.state_dict()` can resume exactly where training stopped, and
     whose len() counts the batches it really gives: each worker ends its share of
     the epoch with a batch of its own, so there can be one short batch per worker.
-    Without a collate_fn, batches are made by `collate_samples`."""
+    Without a collate_fn, batches are made by `collate_samples`: over a PackedDataset,
+    by the dataset itself in each worker, which hands over whole batches (stored pixels
+    written once, straight into the batch), so the training process only passes them on."""
 
     def __init__(self, dataset, *args, **kwargs):
-        batching = kwargs.get("batch_size", args[0] if args else 1) is not None
-        # collate_fn is the sixth argument after the dataset
-        if batching and kwargs.get("collate_fn") is None and len(args) < 6:
+        kwargs.update(zip(_LOADER_ARGS, args, strict=False))
+        batch_size, drop_last = kwargs.get("batch_size", 1), kwargs.get("drop_last", False)
+        batching = batch_size is not None and kwargs.get("collate_fn") is None
+        self._batches_from_dataset = batching and isinstance(dataset, PackedDataset)
+        if self._batches_from_dataset:
+            kwargs.update(batch_size=None, drop_last=False, collate_fn=_pass_on)
+        elif batching:
             kwargs["collate_fn"] = collate_samples
-        super().__init__(dataset, *args, **kwargs)
+        super().__init__(dataset, **kwargs)
+        if self._batches_from_dataset:  # what the dataset's batches are (torch's are off)
+            object.__setattr__(self, "batch_size", batch_size)
+            object.__setattr__(self, "drop_last", drop_last)
 
     def __len__(self) -> int:
         if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
@@ -292,51 +337,46 @@ class DataLoader(torch.utils.data.DataLoader):
         dataset = self.dataset
         tracking = isinstance(dataset, PackedDataset)
         workers = self.num_workers
-        batches_in = super().__iter__()
-        _widen_result_pipe(batches_in)
-        for batches, batch in enumerate(batches_in, start=1):
+        if self._batches_from_dataset:  # read by the workers (or the iterator) made now
+            dataset._batching = (self.batch_size, self.drop_last)
+        try:
+            batches_in = super().__iter__()
+        finally:
+            if self._batches_from_dataset:
+                dataset._batching = None
+        widen_result_pipe(batches_in)
+        pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
+        for count, batch in enumerate(batches_in, start=1):
             if tracking:
-                dataset._consumed_batches = (batches, self.batch_size, workers, self.drop_last)
-            yield batch
-
-
-_F_SETPIPE_SZ = 1031  # Linux
-
-
-def _widen_result_pipe(iterator) -> None:
-    """Let the pipe that carries batches from the workers hold 1 MB, not 64 KB: a batch
-    of raw bytes (300 KB for 64 small JPEGs) then crosses in one write instead of five
-    handovers between processes (a quarter faster on 2 cores). Where the platform or
-    torch's internals differ, nothing changes."""
-    queue = getattr(iterator, "_worker_result_queue", None)
-    try:
-        import fcntl
-
-        fcntl.fcntl(queue._reader.fileno(), _F_SETPIPE_SZ, 1 << 20)
-    except (ImportError, AttributeError, OSError, ValueError):
-        pass
+                dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
+            yield landed(batch, pin) if self._batches_from_dataset else batch
 
 
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
                  image_size=None, transform=None, decoders=None, rank: int | None = None,
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64,
-                 holdout: tuple[float, str] | None = None) -> PackedDataset:
+                 holdout: tuple[float, str] | None = None,
+                 exact_resize: bool = False, threads: int = 0) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
     shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:) for training.
 
     shuffle, seed    shard/part order and a bounded buffer, fixed by (seed, epoch)
     decode           "rgb8" (uint8 (3, H, W) tensors), "pil", or "raw" (bytes)
-    image_size       resize images to this (int: a square, or (height, width))
+    image_size       resize images to this (int: a square, or (height, width)); a JPEG
+                     twice as large or more is decoded at a reduced scale first, unless
+                     exact_resize=True (README: how far the two differ)
     transform        a function of the decoded sample; decoders: {field: function}
     rank, world_size this process's share (default: from torch.distributed)
     remainder        "pad" (every rank the same count, wrapping) or "drop"
     on_error         a sample that fails to decode: "warn" (replaced), "skip", "raise"
     shuffle_buffer   samples read and shuffled together; unit: samples per unit of order
     holdout          (fraction, "train" or "val"): one side of a fixed split
+    threads          decode in this many threads of the reading process (with
+                     num_workers=0: no worker processes; README: when that wins)
     """
     return PackedDataset(open_parts(path), shuffle=shuffle, seed=seed, decode=decode,
                          image_size=image_size, transform=transform, decoders=decoders,
                          rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
-                         holdout=holdout)
+                         holdout=holdout, exact_resize=exact_resize, threads=threads)

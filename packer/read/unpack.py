@@ -1,4 +1,7 @@
-"""Unpacking: a packed dataset back to a folder in the layout it came from."""
+"""Unpacking: a packed dataset back to a folder in the layout it came from. Images
+re-encoded when packed (--resize, --encode) are written as stored, with the extension
+of their stored field (`a.png` packed with --encode jpeg comes back as `a.jpg`, raw
+pixels as `a.rgb.npy`), and the result says so."""
 
 import csv
 import json
@@ -9,6 +12,7 @@ from tqdm import tqdm
 
 from packer.errors import DatasetError, UsageProblem
 from packer.manifest import partial_path
+from packer.packing.transform import reencoded_text
 from packer.read.dataset import iter_samples, label_field, open_packed
 from packer.sample import KEY, field_bytes, restored_path
 
@@ -108,4 +112,4 @@ def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool 
         shutil.rmtree(out)
     work.rename(out)
     return {"output": str(out), "samples": manifest["count"], "files": files, "bytes": written,
-            "labels_file": labels_file}
+            "labels_file": labels_file, "reencoded": reencoded_text(manifest)}

@@ -3,12 +3,15 @@
 either packed or listed as skipped. Each part is checked by its format
 (`verify_part`); the comparison with the source is the source kind's (`against`)."""
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
 from packer.errors import UsageProblem
+from packer.packing.transform import reencoded_text, transform_of
 from packer.read.dataset import open_packed
+from packer.sample import IMAGE_FIELDS, KEY, RAW_IMAGE_FIELD, decode_key, field_bytes, restored_path
 from packer.sources import recorded_kind, source_kinds
 
 MAX_PROBLEMS = 100
@@ -30,7 +33,58 @@ def _comparer(manifest: dict, against: Path):
     if not getattr(kind, "AGAINST_FILES", False) and not against.is_dir():
         raise UsageProblem(f"--against {against}: not a folder; --against takes the folder "
                            "the dataset was packed from")
-    return kind.against(manifest, against)
+    compare = kind.against(manifest, against)
+    transform = transform_of(manifest)
+    return Reencoded(compare, transform, against) if transform else compare
+
+
+class Reencoded:
+    """--against for a dataset whose images were transformed when packed: each stored
+    image is compared with its source file transformed again now (the same Pillow
+    encodes the same bytes); the other fields byte for byte, as always."""
+
+    def __init__(self, compare, transform, folder: Path):
+        self.compare, self.transform, self.folder = compare, transform, folder
+        self._listings: dict[Path, list[str]] = {}
+
+    def check(self, sample: dict) -> list[str]:
+        images = [name for name in sample if name == RAW_IMAGE_FIELD
+                  or name.rsplit(".", 1)[-1].lower() in IMAGE_FIELDS]
+        problems = self.compare.check({n: v for n, v in sample.items() if n not in images})
+        for name in images:
+            rel = self._source_file(sample[KEY], name)
+            if rel is None:
+                problems.append(f"{decode_key(sample[KEY])}: its stored {name} image has no "
+                                "source image file")
+                continue
+            self.compare.seen.add(rel)
+            try:
+                field, again = self.transform.image((self.folder / rel).read_bytes(),
+                                                    rel.rsplit(".", 1)[-1])
+            except (OSError, ValueError, SyntaxError) as err:
+                problems.append(f"{rel}: packed, but cannot be read and transformed: {err}")
+                continue
+            if field != name or field_bytes(again) != field_bytes(sample[name]):
+                problems.append(f"{rel}: the stored {name} differs from the source file "
+                                "transformed again (changed since, or another Pillow)")
+        return problems
+
+    def _source_file(self, key: str, field: str) -> str | None:
+        """The relative path of the image file a stored image field was made from."""
+        if "~" in key:  # one of several files of a stem: the key names its extension
+            return restored_path(key, key.split("~", 1)[1])
+        stem = PurePosixPath(decode_key(key))
+        folder = self.folder / stem.parent
+        if folder not in self._listings:
+            self._listings[folder] = sorted(os.listdir(folder)) if folder.is_dir() else []
+        names = [n for n in self._listings[folder] if n.rpartition(".")[0] == stem.name
+                 and n.rpartition(".")[2].lower() in IMAGE_FIELDS]
+        kept = [n for n in names if n.rpartition(".")[2] == field]
+        found = (kept or names or [None])[0]
+        return found and (stem.parent / found).as_posix()
+
+    def unaccounted(self, manifest: dict) -> list[str]:
+        return self.compare.unaccounted(manifest)
 
 
 def verify(dataset: Path, against: Path | None = None, progress: bool = True) -> dict:
@@ -51,4 +105,5 @@ def verify(dataset: Path, against: Path | None = None, progress: bool = True) ->
     if compare:
         problems += compare.unaccounted(manifest)
     return {"dataset": str(dataset), "format": manifest["format"], "ok": not problems,
+            "reencoded": reencoded_text(manifest),
             "count": count, "problem_count": len(problems), "problems": problems[:MAX_PROBLEMS]}

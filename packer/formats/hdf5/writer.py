@@ -18,7 +18,7 @@ import msgpack
 import numpy as np
 from isal.isal_zlib import crc32
 
-from packer.errors import DatasetError
+from packer.errors import DatasetError, PackerError
 from packer.formats.base import CannotResume, Writer
 from packer.sample import KEY
 
@@ -178,6 +178,11 @@ class Hdf5Writer(Writer):
         if name == KEY:
             return np.array([s[KEY] for s in self._buffer], dtype=object)
         if dtype != _BYTES:
+            lacking = next((s[KEY] for s in self._buffer if name not in s), None)
+            if lacking is not None:
+                raise PackerError(f"sample {lacking!r} has no {name}, which HDF5 stores as "
+                                  "one array of a row per sample; pack the samples that "
+                                  "lack it separately, or --to another format")
             return np.stack([_array(s[name]) for s in self._buffer]).astype(dtype, copy=False)
         column = np.empty(len(self._buffer), dtype=_BYTES)
         for i, sample in enumerate(self._buffer):

@@ -19,6 +19,8 @@ _FOLDER = frozenset({FOLDER})
 OPTIONS = {name: Applies(_FOLDER) for name in ("labels", "unlabelled", "group_by_stem",
                                                "follow_symlinks", "check", "on_error")}
 OPTIONS["encoding"] = Applies(_FOLDER, needs={FOLDER: "labels"})  # of the labels file
+OPTIONS.update(resize=Applies(_FOLDER), encode=Applies(_FOLDER),  # the pack-time transform
+               resize_mode=Applies(_FOLDER, needs={FOLDER: "resize"}))
 UNCLAIMED = "not a folder"
 RECORDED_AS = ("files",)
 

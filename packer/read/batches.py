@@ -1,0 +1,152 @@
+"""Batches made where the samples are decoded: in the DataLoader's workers (or its
+threads), so that one tensor per field per batch crosses to the training process.
+
+Stored pixels (`packer pack --encode raw`) come from the decoder as (H, W, 3) arrays that
+share the bytes read; each is copied once, into its row of the batch's buffer, which in a
+worker lies in shared memory (as torch's own collate puts it), so nothing is copied again on
+the way to the training process. The batch's images are that buffer seen as (B, 3, H, W):
+channels-last in memory, as convolutions on the CPU and on CUDA prefer.
+
+A worker ships a batch's small tensors (class ids, short arrays) as numpy arrays inside the
+batch's one pickle through the result pipe: torch would hand each tensor over as shared
+memory by a file descriptor, at a socket connection per tensor, which costs more than
+copying a small one.
+"""
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate, get_worker_info
+
+from packer.sample import KEY
+
+
+def batches(samples: Iterable[dict], size: int, drop_last: bool, collate) -> Iterator:
+    """`samples` in batches of `size` (the last one shorter unless `drop_last`), each made
+    by `collate(list of samples)`: what torch's fetcher makes of an IterableDataset."""
+    batch: list = []
+    for sample in samples:
+        batch.append(sample)
+        if len(batch) == size:
+            yield collate(batch)
+            batch = []
+    if batch and not drop_last:
+        yield collate(batch)
+
+
+SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pickle
+
+
+class Shipped(NamedTuple):
+    """A batch on its way from a worker, its small tensors as numpy arrays (`arrays`)."""
+
+    batch: dict
+    arrays: tuple[str, ...]
+
+
+def shipped(batch):
+    """In a DataLoader worker: the batch ready to cross (elsewhere: as it is)."""
+    if get_worker_info() is None or not isinstance(batch, dict):
+        return batch
+    arrays = tuple(n for n, v in batch.items() if isinstance(v, torch.Tensor)
+                   and v.device.type == "cpu" and not v.requires_grad
+                   and v.is_contiguous() and v.nbytes <= SMALL_TENSOR)
+    return Shipped({n: v.numpy() if n in arrays else v for n, v in batch.items()}, arrays)
+
+
+def landed(batch, pin: bool = False):
+    """A shipped batch as tensors again (sharing the arrays' memory), pinned if asked
+    (torch's pinning thread passes over numpy arrays)."""
+    if not isinstance(batch, Shipped):
+        return batch
+    out = batch.batch
+    for name in batch.arrays:
+        tensor = torch.from_numpy(out[name])
+        out[name] = tensor.pin_memory() if pin else tensor
+    return out
+
+
+def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    """A uint8 tensor for a batch: in shared memory inside a DataLoader worker."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+
+
+def pixel_batch(values: list, field: str, keys: list[str]) -> torch.Tensor:
+    """Images of one batch, each an (H, W, 3) uint8 array (or tensor), as one
+    (B, 3, H, W) tensor whose rows were each written once."""
+    shape = values[0].shape
+    odd = next((i for i, value in enumerate(values) if value.shape != shape), None)
+    if odd is not None:
+        raise ValueError(f"the {field} images of a batch differ in size: {keys[0]!r} is "
+                         f"{shape[1]}x{shape[0]}, {keys[odd]!r} {values[odd].shape[1]}x"
+                         f"{values[odd].shape[0]}; pass image_size= to resize them")
+    out = _buffer((len(values), *shape))
+    rows = out.numpy()
+    for row, value in zip(rows, values, strict=True):
+        row[...] = value if isinstance(value, np.ndarray) else value.numpy()
+    return out.permute(0, 3, 1, 2)
+
+
+def collate_with_pixels(samples: list[dict], field: str, collate) -> dict:
+    """A batch whose `field` holds stored pixels: those into one buffer, the other
+    fields by `collate`."""
+    keys = [sample[KEY] for sample in samples]
+    pixels = pixel_batch([sample[field] for sample in samples], field, keys)
+    rest = collate([{n: v for n, v in sample.items() if n != field} for sample in samples])
+    rest[field] = pixels
+    return rest
+
+
+def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
+                        batches: int) -> list[int]:
+    """Samples of each worker in the first `batches` batches of a DataLoader, which
+    takes batches from its workers in turn, passing over those that have run out."""
+    per_worker = [size // batch_size if drop_last else -(-size // batch_size) for size in sizes]
+    consumed, round_ = [0] * len(sizes), 0
+    while batches > 0 and round_ < max(per_worker, default=0):
+        for worker, size in enumerate(sizes):
+            if batches > 0 and round_ < per_worker[worker]:
+                consumed[worker] += min(batch_size, size - round_ * batch_size)
+                batches -= 1
+        round_ += 1
+    return consumed
+
+
+def collate_samples(batch: list[dict]):
+    """torch's default_collate, but samples of a batch must have the same fields:
+    default_collate keeps the first sample's fields, so a sidecar that only some
+    samples have would vanish from some batches and fail others."""
+    if isinstance(batch[0], dict) and any(s.keys() != batch[0].keys() for s in batch):
+        shapes = Counter(tuple(sorted(n for n in s if n != KEY)) for s in batch)
+        if len(shapes) > 1:
+            usual = shapes.most_common(1)[0][0]
+            odd = next(s for s in batch if tuple(sorted(n for n in s if n != KEY)) != usual)
+            raise ValueError(
+                f"the samples of a batch have different fields: {odd.get(KEY)!r} has "
+                f"{', '.join(n for n in odd if n != KEY)}, most have {', '.join(usual)}; "
+                "drop the odd fields in a transform= (or pass collate_fn=) so that every "
+                "sample has the same ones")
+    return default_collate(batch)
+
+
+_F_SETPIPE_SZ = 1031  # Linux
+
+
+def widen_result_pipe(iterator) -> None:
+    """Let the pipe that carries batches from the workers hold 1 MB, not 64 KB: a batch
+    of raw bytes (300 KB for 64 small JPEGs) then crosses in one write instead of five
+    handovers between processes (a quarter faster on 2 cores). Where the platform or
+    torch's internals differ, nothing changes."""
+    queue = getattr(iterator, "_worker_result_queue", None)
+    try:
+        import fcntl
+
+        fcntl.fcntl(queue._reader.fileno(), _F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass

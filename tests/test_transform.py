@@ -1,0 +1,190 @@
+"""The pack-time transform: --resize, --resize-mode, --encode."""
+
+import io
+import json
+import tarfile
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import packer
+from packer.formats import FORMAT_NAMES
+from packer.manifest import load_manifest
+from packer.read.dataset import iter_samples
+from packer.read.decode import decode_image
+from tests.conftest import image_bytes, run
+
+
+def _folder(tmp_path, sizes=((40, 30), (30, 50), (64, 64))):
+    root = tmp_path / "src"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        for i, size in enumerate(sizes):
+            (root / cls / f"{i}.jpg").write_bytes(image_bytes(i + 10 * (cls == "b"), size=size))
+    return root
+
+
+def _images(path):
+    return {s["__key__"]: s for s in iter_samples(path)}
+
+
+def _size(value) -> tuple[int, int]:
+    return Image.open(io.BytesIO(value)).size
+
+
+@pytest.mark.parametrize(("rule", "expected"), [
+    ("20", {(40, 30): (27, 20), (30, 50): (20, 33), (64, 64): (20, 20)}),
+    ("max:40", {(40, 30): (40, 30), (30, 50): (24, 40), (64, 64): (40, 40)}),
+])
+def test_resize_by_side_keeps_the_aspect(tmp_path, rule, expected):
+    root = _folder(tmp_path)
+    run("pack", root, "-o", tmp_path / "out", "--resize", rule, "-q")
+    for i, (before, after) in enumerate(expected.items()):
+        assert _size(_images(tmp_path / "out")[f"a/{i}"]["jpg"]) == after, before
+
+
+@pytest.mark.parametrize("mode", ["crop", "pad", "stretch"])
+def test_exact_size_in_every_mode(tmp_path, mode):
+    root = _folder(tmp_path)
+    run("pack", root, "-o", tmp_path / "out", "--resize", "24x16", "--resize-mode", mode,
+        "--encode", "raw", "-q")
+    samples = _images(tmp_path / "out")
+    assert {np.load(io.BytesIO(s["rgb.npy"])).shape for s in samples.values()} == {(16, 24, 3)}
+    tall = np.load(io.BytesIO(samples["a/1"]["rgb.npy"]))  # 30x50 into 24x16
+    if mode == "pad":  # scaled to 10x16, centred: black columns at both sides
+        assert tall[:, :6].max() == 0 and tall[:, -6:].max() == 0
+    else:
+        assert tall[:, :6].max() > 0
+
+
+def test_raw_pixels_are_the_loaders_upright_rgb(tmp_path):
+    """EXIF orientation, CMYK, palette and 16-bit images become the pixels the loader
+    decodes today."""
+    root = tmp_path / "src" / "c"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    upright = Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored rotated: shown after turning 90 degrees clockwise
+    upright.transpose(Image.Transpose.ROTATE_90).save(root / "turned.jpg", exif=exif)
+    upright.convert("CMYK").save(root / "cmyk.jpg")
+    upright.convert("P").save(root / "palette.png")
+    Image.fromarray(rng.integers(0, 65535, (20, 30), dtype=np.uint16)).save(root / "deep.png")
+    run("pack", tmp_path / "src", "-o", tmp_path / "out", "--encode", "raw", "-q")
+    stored = _images(tmp_path / "out")
+    for name in ("turned", "cmyk", "palette", "deep"):
+        original = next((tmp_path / "src" / "c").glob(f"{name}.*"))
+        expected = np.asarray(decode_image(original.read_bytes(), None, original.suffix[1:]))
+        pixels = np.load(io.BytesIO(stored[f"c/{name}"]["rgb.npy"]))
+        assert pixels.dtype == np.uint8 and np.array_equal(pixels, expected), name
+    assert np.load(io.BytesIO(stored["c/turned"]["rgb.npy"])).shape == (20, 30, 3)
+
+
+def test_manifest_records_the_transform_and_hdf5_holds_one_array(tmp_path):
+    root = _folder(tmp_path)
+    run("pack", root, "--to", "hdf5", "-o", tmp_path / "out.h5", "--resize", "16x16",
+        "--encode", "raw", "-q")
+    manifest = load_manifest(tmp_path / "out.h5")
+    assert manifest["transform"]["encode"] == "raw"
+    assert manifest["transform"]["size"] == [16, 16]
+    assert manifest["fields"]["rgb.npy"]["shape"] == [16, 16, 3]
+    assert manifest["options"]["resize"] == "16x16"
+    with h5py.File(tmp_path / "out.h5") as file:
+        assert file["rgb.npy"].shape == (6, 16, 16, 3) and file["rgb.npy"].dtype == np.uint8
+    run("verify", tmp_path / "out.h5", "-q")
+    (root / "a" / "notes.txt").write_text("a sample without an image")
+    refused = run("pack", root, "--to", "hdf5", "-o", tmp_path / "two.h5", "--resize", "16x16",
+                  "--encode", "raw", "-q", expect=1).output
+    assert "sample 'a/notes' has no rgb.npy" in refused
+
+
+def test_a_pack_without_the_options_is_unchanged(tmp_path, image_folder):
+    """No transform: files stored byte for byte, no transform entry, the same parts as an
+    explicit --encode keep."""
+    run("pack", image_folder, "-o", tmp_path / "plain", "-q")
+    run("pack", image_folder, "-o", tmp_path / "keep", "--encode", "keep", "-q")
+    plain, keep = load_manifest(tmp_path / "plain"), load_manifest(tmp_path / "keep")
+    assert "transform" not in plain and "resize" not in plain["options"]
+    assert [p["sha256"] for p in plain["parts"]] == [p["sha256"] for p in keep["parts"]]
+    with tarfile.open(tmp_path / "plain" / plain["parts"][0]["name"]) as tar:
+        member = next(m for m in tar if m.name.endswith("plain.jpg"))
+        stored = tar.extractfile(member).read()
+    assert stored == (image_folder / member.name).read_bytes()
+    assert "re-encoded" not in run("verify", tmp_path / "plain", "--against", image_folder,
+                                   "-q").output
+
+
+def test_workers_transform_the_same_bytes(tmp_path, image_folder):
+    for workers in ("1", "2"):
+        run("pack", image_folder, "-o", tmp_path / workers, "--resize", "12", "--encode",
+            "webp", "--workers", workers, "-q")
+    one, two = load_manifest(tmp_path / "1"), load_manifest(tmp_path / "2")
+    assert [p["sha256"] for p in one["parts"]] == [p["sha256"] for p in two["parts"]]
+    assert {n for n in one["fields"]} >= {"webp", "json", "txt"}
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_verify_against_compares_the_transformed_source(tmp_path, image_folder, fmt):
+    out = tmp_path / ("out.h5" if fmt == "hdf5" else "out")
+    size = "16" if fmt == "hdf5" else "16x16"  # HDF5 keeps fixed-size pixels for every sample
+    run("pack", image_folder, "--to", fmt, "-o", out, "--resize", size, "--encode", "raw",
+        "-q")
+    result = run("verify", out, "--against", image_folder, "-q")
+    assert f"re-encoded when packed (--resize {size} --encode raw)" in result.output
+    (image_folder / "cat" / "plain.jpg").write_bytes(image_bytes(99))
+    failed = run("verify", out, "--against", image_folder, "-q", expect=1).output
+    assert "cat/plain.jpg: the stored rgb.npy differs" in failed
+
+
+def test_unpack_writes_stored_images_with_their_new_extension(tmp_path, image_folder):
+    run("pack", image_folder, "-o", tmp_path / "out", "--encode", "jpeg:80", "-q")
+    result = run("unpack", tmp_path / "out", "-o", tmp_path / "back")
+    assert "re-encoded when packed (--encode jpeg:80)" in result.output
+    assert (tmp_path / "back" / "cat" / "mask.jpg").is_file()
+    assert not (tmp_path / "back" / "cat" / "mask.png").exists()
+    assert Image.open(tmp_path / "back" / "cat" / "mask.jpg").format == "JPEG"
+    assert json.loads((tmp_path / "back" / "cat" / "plain.json").read_text()) == {"cls": "cat"}
+    run("pack", image_folder, "-o", tmp_path / "raw", "--encode", "raw", "-q")
+    run("unpack", tmp_path / "raw", "-o", tmp_path / "raw-back", "-q")
+    assert np.load(tmp_path / "raw-back" / "dog" / "plain.rgb.npy").dtype == np.uint8
+
+
+def test_an_image_that_cannot_be_transformed_is_skipped_with_its_reason(tmp_path):
+    root = _folder(tmp_path)
+    (root / "a" / "bad.jpg").write_bytes(b"\xff\xd8\xff" + bytes(300) + b"\xff\xd9")
+    run("pack", root, "-o", tmp_path / "out", "--resize", "8", "--check", "none", "-q")
+    skipped = load_manifest(tmp_path / "out")["skipped"]
+    assert [e["path"] for e in skipped] == ["a/bad.jpg"]
+    assert "cannot decode the image to transform it" in skipped[0]["reason"]
+
+
+def test_bad_transform_options_are_refused(tmp_path):
+    root = _folder(tmp_path)
+    for args, message in [(("--resize", "0x4"), "--resize 0x4"),
+                          (("--encode", "gif"), "--encode gif"),
+                          (("--encode", "png:80"), "--encode png:80"),
+                          (("--resize-mode", "pad"), "only with --resize")]:
+        assert message in run("pack", root, "-o", tmp_path / "x", *args, expect=2).output
+    (tmp_path / "t.csv").write_text("a,y\n1,0\n2,1\n")
+    refused = run("pack", tmp_path / "t.csv", "-o", tmp_path / "t", "--label-column", "y",
+                  "--resize", "8", expect=2).output
+    assert "--resize (only for folders" in refused
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_raw_datasets_read_as_the_stored_pixels(tmp_path, fmt):
+    root = _folder(tmp_path)
+    out = tmp_path / ("out.h5" if fmt == "hdf5" else "out")
+    run("pack", root, "--to", fmt, "-o", out, "--resize", "16x12", "--encode", "raw", "-q")
+    stored = {k: np.load(io.BytesIO(s["rgb.npy"])) if isinstance(s["rgb.npy"], bytes)
+              else s["rgb.npy"] for k, s in _images(out).items()}
+    ds = packer.open_dataset(out)
+    assert ds.image_field == "rgb.npy"
+    for sample in ds:
+        assert sample["rgb.npy"].shape == (3, 12, 16)
+        assert np.array_equal(sample["rgb.npy"].permute(1, 2, 0).numpy(), stored[sample["__key__"]])
+    as_stored = next(iter(packer.open_dataset(out, decode="raw")))["rgb.npy"]
+    assert isinstance(as_stored, bytes | np.ndarray) and not isinstance(as_stored, torch.Tensor)
