@@ -215,6 +215,25 @@ def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
                                                       f"offset {heap:,} is damaged")
 
 
+@pytest.mark.parametrize("damage", ["value", "page"])
+def test_damaged_lmdb_values_and_pages_are_named(packed, damage, tmp_path):
+    from packer.formats.lmdb import encode
+
+    dataset = copy_of(packed, "lmdb", tmp_path)
+    data = bytearray((dataset / "data.mdb").read_bytes())
+    sample = next(packer.iter_samples(packed / "lmdb"))
+    if damage == "value":  # a map whose key is a number: msgpack refuses it
+        at = data.index(b"".join(encode(sample)))
+        data[at:at + 3] = b"\x81\x01\x02"
+        expected = "the value under key 0000000000 is damaged"  # the first sample's
+    else:  # the first page after the two meta pages
+        data[2 * 4096:3 * 4096] = bytes(4096)
+        expected = "data.mdb"
+    (dataset / "data.mdb").write_bytes(bytes(data))
+    for command in (["verify", dataset], ["unpack", dataset, "-o", tmp_path / "out"]):
+        assert_clean_failure(cli_run(*command, "-q"), expected)
+
+
 DAMAGED_MANIFESTS = {
     "no parts": lambda m: m.pop("parts"),
     "no format": lambda m: m.pop("format"),

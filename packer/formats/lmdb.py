@@ -126,16 +126,39 @@ class Reader(ProcessReader):
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
-        with self.handle().begin(buffers=False) as txn:
-            cursor = txn.cursor()
-            if not cursor.set_key(sample_key(first)):
-                raise DatasetError(f"{self.folder}: sample {first} is missing from the LMDB")
-            values = [value for _, value in zip(range(count), cursor.iternext(keys=False),
-                                                strict=False)]
+        try:
+            with self.handle().begin(buffers=False) as txn:
+                cursor = txn.cursor()
+                if not cursor.set_key(sample_key(first)):
+                    raise DatasetError(f"{self.folder}: sample {first} is missing from the "
+                                       "LMDB")
+                values = [value for _, value in zip(range(count),
+                                                    cursor.iternext(keys=False), strict=False)]
+        except lmdb.Error as err:
+            raise DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
+                               f"{first + count - 1:,} are ({err}); restore it from a copy or "
+                               "pack the source again") from None
         if len(values) < count:
             raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
                                "missing from the LMDB")
-        return [decode_value(v) for v in values]
+        try:
+            return [decode_value(v) for v in values]
+        except _DECODE_ERRORS:
+            return [self._decoded(first + i, v) for i, v in enumerate(values)]
+
+    def _decoded(self, index: int, value: bytes) -> dict:
+        """One value decoded, or a DatasetError naming its key (after a failed run)."""
+        try:
+            return decode_value(value)
+        except _DECODE_ERRORS as err:
+            raise DatasetError(f"{self.folder / 'data.mdb'}: the value under key "
+                               f"{sample_key(index).decode()} is damaged (it does not decode: "
+                               f"{err}); restore the file from a copy or pack the source "
+                               "again") from None
+
+
+# msgpack refuses damaged bytes with its own errors and, inside maps, with these
+_DECODE_ERRORS = (msgpack.UnpackException, ValueError, TypeError)
 
 
 def _open_readonly(folder: Path):
