@@ -1,5 +1,6 @@
 """The streaming loader: exact, shuffled, resumable reads of every format."""
 
+import itertools
 import json
 import warnings
 from collections import Counter
@@ -9,6 +10,7 @@ import torch
 
 import packer
 from conftest import image_bytes, run
+from packer.errors import DatasetError
 from packer.formats import FORMAT_NAMES
 
 CLASSES = 5
@@ -163,6 +165,60 @@ def test_corrupt_member_is_replaced_with_a_warning_or_raises(packed, tmp_path):
     with pytest.raises(OSError) as raised:
         list(packer.open_dataset(broken, decode="rgb8", on_error="raise"))
     assert "in sample 'c0/000'" in raised.value.__notes__[0]
+
+
+FAILING: set[str] = set()  # keys whose transform fails (read by forked workers too)
+
+
+def fail_some(sample):
+    if sample["__key__"] in FAILING:
+        raise ValueError("a sample that does not decode")
+    return sample
+
+
+def batch_keys(loader, batches=None) -> list[str]:
+    """The keys of the first `batches` batches (all, if None) the loader gives."""
+    return [key for batch in itertools.islice(loader, batches) for key in batch["__key__"]]
+
+
+def test_a_resume_with_skipped_samples_delivers_each_other_sample_once(packed):
+    """Skipped samples count in their batch's size: before, a resume after them went
+    back by as many samples as had been skipped, and delivered those again."""
+    FAILING.update(k for i, k in enumerate(keys_of(packed["lmdb"])) if i % 7 == 0)
+    try:
+        def loader(state=None):
+            ds = packer.open_dataset(packed["lmdb"], decode="raw", shuffle=True, seed=3,
+                                     on_error="skip", transform=fail_some)
+            if state:
+                ds.load_state_dict(state)
+            return ds, packer.DataLoader(ds, batch_size=8, num_workers=2)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds, first_loader = loader()
+            first = batch_keys(first_loader, batches=7)
+            rest = batch_keys(loader(ds.state_dict())[1])
+        assert len(first) + len(rest) == len(set(first + rest)) == 150 - len(FAILING)
+        assert not set(first + rest) & FAILING
+    finally:
+        FAILING.clear()
+
+
+def test_a_worker_whose_every_sample_fails_still_yields_its_count(packed):
+    ds = packer.open_dataset(packed["lmdb"], decode="raw", transform=fail_some)
+    FAILING.update(s["__key__"] for s in ds.iter_worker(1, 2))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stood_in = list(ds.iter_worker(1, 2))
+        assert len(stood_in) == ds.worker_sizes(2)[1] > 0
+        assert not {s["__key__"] for s in stood_in} & FAILING
+        FAILING.update(keys_of(packed["lmdb"]))
+        with warnings.catch_warnings(), pytest.raises(DatasetError, match="no sample"):
+            warnings.simplefilter("ignore")
+            list(ds.iter_worker(1, 2))
+    finally:
+        FAILING.clear()
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)

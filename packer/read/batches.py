@@ -24,17 +24,24 @@ from torch.utils.data import default_collate, get_worker_info
 from packer.sample import KEY
 
 
-def batches(samples: Iterable[dict], size: int, drop_last: bool, collate) -> Iterator:
+def batches(samples: Iterable[dict | None], size: int, drop_last: bool, collate) -> Iterator:
     """`samples` in batches of `size` (the last one shorter unless `drop_last`), each made
-    by `collate(list of samples)`: what torch's fetcher makes of an IterableDataset."""
+    by `collate(list of samples)`: what torch's fetcher makes of an IterableDataset.
+    A None (a sample skipped with on_error="skip") counts in its batch's size but is
+    left out of it: batches cover the same positions whatever fails, so that the count
+    of batches says where an epoch is (an exact resume) and every rank gives as many;
+    a batch whose every sample was skipped is None."""
     batch: list = []
+    taken = 0
     for sample in samples:
-        batch.append(sample)
-        if len(batch) == size:
-            yield collate(batch)
-            batch = []
-    if batch and not drop_last:
-        yield collate(batch)
+        taken += 1
+        if sample is not None:
+            batch.append(sample)
+        if taken == size:
+            yield collate(batch) if batch else None
+            batch, taken = [], 0
+    if taken and not drop_last:
+        yield collate(batch) if batch else None
 
 
 SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pickle

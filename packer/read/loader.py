@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from packer.errors import DatasetError
 from packer.read import plan
 from packer.read.batches import (
     batches,
@@ -122,11 +123,12 @@ class PackedDataset(IterableDataset):
         """This process's samples; or, read through `packer.DataLoader`, its batches."""
         info, batching = get_worker_info(), self._batching
         arrays = bool(batching) and self._pixels_as_arrays()
+        holes = bool(batching) and self.on_error == "skip"  # see batches()
         if info is None:
-            samples = self._counted(self.iter_worker(0, 1, arrays))
+            samples = self._counted(self.iter_worker(0, 1, arrays, holes))
         else:
             _freeze_inherited_objects()
-            samples = self.iter_worker(info.id, info.num_workers, arrays)
+            samples = self.iter_worker(info.id, info.num_workers, arrays, holes)
         if batching is None:
             return samples
         collate = (partial(collate_with_pixels, field=RAW_IMAGE_FIELD, collate=collate_samples)
@@ -134,7 +136,7 @@ class PackedDataset(IterableDataset):
         return map(shipped, batches(samples, *batching, collate))
 
     def _counted(self, samples):
-        self._emitted = 0
+        self._emitted = 0  # positions passed, skipped samples too (they are None here)
         for sample in samples:
             self._emitted += 1
             yield sample
@@ -145,9 +147,11 @@ class PackedDataset(IterableDataset):
         return (self.image_field == RAW_IMAGE_FIELD and self.decoder.mode == "rgb8"
                 and self.transform is None and RAW_IMAGE_FIELD not in self.decoder.decoders)
 
-    def iter_worker(self, worker: int, num_workers: int, arrays: bool = False):
+    def iter_worker(self, worker: int, num_workers: int, arrays: bool = False,
+                    holes: bool = False):
         """The samples `worker` of `num_workers` yields this epoch, decoded (stored
-        pixels as (H, W, 3) arrays with `arrays`)."""
+        pixels as (H, W, 3) arrays with `arrays`; a None in place of each sample skipped
+        with on_error="skip" if `holes`)."""
         decoder = self.decoder
         if arrays:
             decoder = copy.copy(decoder)
@@ -158,11 +162,36 @@ class PackedDataset(IterableDataset):
                 yield last_good
             elif sample is None:
                 owed += self.on_error == "warn"
+                if holes:
+                    yield None
             else:
                 last_good = sample
                 for _ in range(1 + owed):
                     yield sample
                 owed = 0
+        if owed:  # every sample of this worker failed: its count still holds
+            stand_in = self._stand_in(decoder)
+            for _ in range(owed):
+                yield stand_in
+
+    def _stand_in(self, decoder: Decoder) -> dict:
+        """The dataset's first sample that decodes, to stand in for the failures of a
+        worker none of whose samples did (so that ranks still yield the same count)."""
+        reader = self.source.reader()
+        try:
+            for part, count in enumerate(self.source.part_counts):
+                for start in range(0, count, 64):
+                    for raw in reader.read(part, start, min(64, count - start)):
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            sample = self._decode(raw, decoder)
+                        if sample is not None:
+                            return sample
+        finally:
+            reader.close()
+        raise DatasetError(f"{self.source.path}: no sample decodes ({self.errors:,} failed in "
+                           "this worker, and none of the dataset's could stand in for them); "
+                           "`packer verify` and the warnings above tell why")
 
     def _decoded(self, worker: int, num_workers: int, decoder: Decoder):
         """The worker's samples in their order, each decoded or None where it failed:
@@ -349,7 +378,8 @@ class DataLoader(torch.utils.data.DataLoader):
         for count, batch in enumerate(batches_in, start=1):
             if tracking:
                 dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
-            yield landed(batch, pin) if self._batches_from_dataset else batch
+            if batch is not None:  # None: a batch whose every sample was skipped
+                yield landed(batch, pin) if self._batches_from_dataset else batch
 
 
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
@@ -369,7 +399,8 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     transform        a function of the decoded sample; decoders: {field: function}
     rank, world_size this process's share (default: from torch.distributed)
     remainder        "pad" (every rank the same count, wrapping) or "drop"
-    on_error         a sample that fails to decode: "warn" (replaced), "skip", "raise"
+    on_error         a sample that fails to decode: "warn" (replaced), "skip" (its batch
+                     is shorter), "raise"
     shuffle_buffer   samples read and shuffled together; unit: samples per unit of order
     holdout          (fraction, "train" or "val"): one side of a fixed split
     threads          decode in this many threads of the reading process (with
