@@ -38,6 +38,7 @@ from packer.read.batches import (
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, is_image_field
 from packer.sample import KEY, RAW_IMAGE_FIELD
+from packer.text import without_addresses
 
 ON_ERROR = ("warn", "skip", "raise")
 
@@ -249,8 +250,9 @@ class PackedDataset(IterableDataset):
                 raise
             self.errors += 1
             action = "replaced by another sample" if self.on_error == "warn" else "skipped"
+            reason = without_addresses(str(err))  # the same text for the same sample
             warnings.warn(f"packer: sample {raw.get(KEY)!r} of {self.source.path} failed "
-                          f"({type(err).__name__}: {err}); {action} ({self.errors} so far "
+                          f"({type(err).__name__}: {reason}); {action} ({self.errors} so far "
                           "in this worker)", stacklevel=2)
             return None
 
