@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from packer.cli.options import emit_json, json_option, quiet_option, show_progress
+from packer.cli.options import Location, emit_json, json_option, quiet_option, show_progress
 from packer.cli.report import empty_classes, inspect_text, labels_text, verify_text
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset", type=Location())
 @json_option
 def inspect(dataset, as_json):
     """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
@@ -21,6 +21,7 @@ def inspect(dataset, as_json):
     Example:
       packer inspect ./images-wds
       packer inspect ./images-wds --json | jq .classes
+      packer inspect s3://bucket/images-wds   # AWS_ENDPOINT_URL etc. from the environment
     """
     from packer.manifest import class_counts, load_manifest
 
@@ -37,7 +38,7 @@ def inspect(dataset, as_json):
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset", type=Location())
 @click.option("--against", type=click.Path(path_type=Path),
               help="The source folder: also check that every packed file is bit-identical "
                    "to it and that every source file is packed or listed as skipped.")
@@ -52,6 +53,7 @@ def verify(dataset, against, as_json, quiet):
     Example:
       packer verify ./images-wds
       packer verify ./images.lmdb --against ./images --json
+      packer verify s3://bucket/images-wds   # parts downloaded through the cache
     """
     from packer.read.verify import verify as run_verify
 

@@ -98,7 +98,7 @@ def pack_text(manifest: dict, out: Path) -> str:
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
     lines += filter(None, [layout.layout_text(manifest)])
-    where = str(out / MANIFEST_NAME)
+    where = f"{out}/{MANIFEST_NAME}"
     if manifest["skipped"]:
         lines.append(f"skipped {s['skipped']:,} inputs:")
         lines += _listing(manifest["skipped"], where)
@@ -152,7 +152,7 @@ def inspect_text(manifest: dict, path: Path) -> str:
     if len(manifest["parts"]) > LIST_LIMIT:
         lines.append(f"  ... and {len(manifest['parts']) - LIST_LIMIT} more")
     lines.append(f"skipped: {len(manifest['skipped']):,}")
-    lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
+    lines += _listing(manifest["skipped"], f"{path}/{MANIFEST_NAME}")
     if manifest["ignored"]:
         lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)

@@ -34,6 +34,7 @@ from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
 from packer.sources.files.scan import read_file
+from packer.storage.url import is_s3
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"
@@ -83,8 +84,9 @@ def _setup(source, options: PackOptions) -> dict:
             "record_dtype": source.record_dtype if shape == RECORDS else None}
 
 
-def _start(out: Path, source, setup: dict, options: PackOptions):
-    """The writer (fresh or resumed) and the tally to continue from."""
+def _start(out: Path, source, setup: dict, options: PackOptions, on_part=None):
+    """The writer (fresh or resumed) and the tally to continue from; `on_part(folder,
+    part)` is called as each part closes."""
     work = partial_path(out)
     progress_path = work / PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
@@ -100,6 +102,7 @@ def _start(out: Path, source, setup: dict, options: PackOptions):
         progress = None
     module = format_module(options.to)
     writer = module.WRITER(work, setup, *module.part_limits(options))
+    writer.on_close = on_part
     tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     restarted = progress and writer.resume(progress["parts"])
     if restarted:
@@ -273,16 +276,21 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
     }
 
 
-def pack(path: Path, out: Path, options: PackOptions) -> dict:
+def pack(path: Path, out, options: PackOptions, on_part=None) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
-    them) into `out`; returns the manifest."""
+    them) into `out` (a local path, or an s3:// URL); returns the manifest.
+    `on_part(folder, part)` is called as each part closes (its files are complete)."""
+    if is_s3(out):
+        from packer.storage.publish import pack_to_s3
+
+        return pack_to_s3(path, out, options)
     path, out = Path(path), Path(out)
     check_paths(path, out, options)
     with output_lock(out):
-        return _pack_locked(path, out, options)
+        return _pack_locked(path, out, options, on_part)
 
 
-def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
+def _pack_locked(path: Path, out: Path, options: PackOptions, on_part) -> dict:
     if out.exists() and not options.overwrite:  # written while this run waited to start
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
@@ -292,7 +300,7 @@ def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
     if not source.count:
         raise PackerError(nothing_packed(path, source.scan_skipped, source.unmatched_labels))
     setup = {**_setup(source, options), "started_ns": started_ns}
-    writer, tally = _start(out, source, setup, options)
+    writer, tally = _start(out, source, setup, options, on_part)
     began = time.perf_counter()
     with disk_full_reported(writer.folder):
         try:

@@ -120,7 +120,7 @@ class PackedDataset(IterableDataset):
                                 num_workers=num_workers, remainder=self.remainder,
                                 holdout=self.holdout)
         skip = self._skip(worker, num_workers)
-        reader, position = self.source.reader(), 0
+        reader, position = self.source.reader(runs), 0
         last_good, owed = None, 0  # owed: failures to replace with the next good sample
         try:
             for number, window in enumerate(plan.windows(runs, self.window)):
@@ -321,9 +321,10 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                  image_size=None, transform=None, decoders=None, rank: int | None = None,
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64,
-                 holdout: tuple[float, str] | None = None) -> PackedDataset:
+                 holdout: tuple[float, str] | None = None, cache_dir=None,
+                 cache_limit=None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
-    shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:) for training.
+    shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
     shuffle, seed    shard/part order and a bounded buffer, fixed by (seed, epoch)
     decode           "rgb8" (uint8 (3, H, W) tensors), "pil", or "raw" (bytes)
@@ -334,9 +335,12 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     on_error         a sample that fails to decode: "warn" (replaced), "skip", "raise"
     shuffle_buffer   samples read and shuffled together; unit: samples per unit of order
     holdout          (fraction, "train" or "val"): one side of a fixed split
+    cache_dir        where parts of an s3:// dataset are kept (default ~/.cache/packer),
+    cache_limit      at most this many bytes ("20GB"; default 20 GB, at most 80% of the
+                     disk's free space), shared by every process that uses the folder
     """
-    return PackedDataset(open_parts(path), shuffle=shuffle, seed=seed, decode=decode,
-                         image_size=image_size, transform=transform, decoders=decoders,
-                         rank=rank, world_size=world_size, remainder=remainder,
+    return PackedDataset(open_parts(path, cache_dir, cache_limit), shuffle=shuffle, seed=seed,
+                         decode=decode, image_size=image_size, transform=transform,
+                         decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
                          holdout=holdout)
