@@ -197,3 +197,26 @@ def test_a_part_in_use_is_never_evicted(tmp_path):
     with pytest.raises(packer.errors.DatasetError, match="sha256"):
         cache.acquire("d", "e", 10, "0" * 64, fetch(b"e", 10), "s3://x/e")
     assert not (cache.folder("d") / "e").exists()
+
+
+def test_bench_and_train_take_an_s3_url(s3, tmp_path):
+    from conftest import colour_images
+    from train.cli import cli as train_cli
+
+    colour_images(tmp_path / "colours", [(220, 40, 40), (40, 40, 220)], per_class=24,
+                  spread=30)
+    url = f"s3://{s3}/colours"
+    run("pack", tmp_path / "colours", "-o", url, "--max-count", "16", "-q")
+    bench = run("bench", url, "--workers", "0", "--repeat", "1", "--no-decode",
+                "--json", tmp_path / "bench.json")
+    assert url in bench.output
+    assert json.loads((tmp_path / "bench.json").read_text())["results"][0]["samples"] == 48
+    from click.testing import CliRunner
+
+    fitted = CliRunner().invoke(train_cli, ["fit", url, "--out", str(tmp_path / "run"),
+                                            "--epochs", "2", "--image-size", "16",
+                                            "--batch-size", "8", "--workers", "0",
+                                            "--lr", "3e-3"], catch_exceptions=False)
+    assert fitted.exit_code == 0, fitted.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["best"]["val"]["accuracy"] is not None

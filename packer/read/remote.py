@@ -327,3 +327,6 @@ class RemoteReader:
                 except Exception:  # a failed download ahead that was never needed
                     pass
         self._coming = {}
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
