@@ -175,3 +175,17 @@ def test_a_cache_on_a_full_disk_is_one_clear_error(s3, images, tmp_path, full_di
         list(ds)
     assert str(full_disk / "cache") in str(failure.value)
     assert not [p for p in (full_disk / "cache").rglob("*") if p.is_file() and p.name != "lock"]
+
+
+def test_a_damaged_part_in_the_bucket_is_never_cached(s3, images, tmp_path):
+    url = f"s3://{s3}/damaged"
+    run("pack", images, "-o", url, "--max-count", MAX_COUNT, "-q")
+    key = "damaged/shard-000001.tar"
+    data = bytearray(client().get_object(Bucket=s3, Key=key)["Body"].read())
+    data[600] ^= 1
+    client().put_object(Bucket=s3, Key=key, Body=bytes(data))
+    result = run("verify", url, expect=1)
+    assert f"{url}/shard-000001.tar" in result.output and "sha256" in result.output
+    with pytest.raises(packer.errors.DatasetError, match="shard-000001.tar"):
+        list(packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache"))
+    assert not list((tmp_path / "cache").rglob("shard-000001.tar*"))

@@ -134,6 +134,29 @@ PartCache({str(cache)!r}).acquire({remote.dataset!r}, {first.name!r}, {first.siz
     assert (folder / first.name).read_bytes() == (local_wds / first.name).read_bytes()
 
 
+TIGHT_SCRIPT = """
+import sys, packer
+url, cache, limit = sys.argv[1:]
+ds = packer.open_dataset(url, decode="raw", shuffle=True, cache_dir=cache, cache_limit=int(limit))
+loader = packer.DataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="spawn")
+print(sorted(k for b in loader for k in b["__key__"]))
+"""
+
+
+def test_a_cache_of_one_part_and_a_half_serves_two_spawned_workers(remote_wds, local_wds,
+                                                                    tmp_path):
+    """Each worker waits its turn in the DataLoader's round-robin holding no part, so a
+    cache too small for both workers' parts at once still gives every sample."""
+    limit = max(p.stat().st_size for p in local_wds.glob("*.tar")) * 3 // 2
+    done = subprocess.run([sys.executable, "-c", TIGHT_SCRIPT, remote_wds,
+                           str(tmp_path / "cache"), str(limit)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(sorted(samples_of(packer.open_dataset(local_wds,
+                                                                            decode="raw"))))
+    assert PartCache(tmp_path / "cache", limit).usage() <= limit
+
+
 RANK_SCRIPT = """
 import json, sys, packer
 url, cache, limit, rank, out = sys.argv[1:]

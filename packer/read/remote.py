@@ -11,11 +11,13 @@ What is at the URL decides how it is read:
                                      to count their samples, then read like packed ones
 
 Each reading process downloads the next AHEAD parts of its share of the epoch in the
-background while it reads one, holds a part until its share has no further use of it,
-and reads only from whole, checked parts (packer.storage.cache). When the cache can
-hold the whole dataset, runs start anywhere in a part, as for local data; when it
-cannot, the loader reads parts whole, in shuffled part order with a shuffle buffer
-(as streaming readers do), so that each part is downloaded once per epoch.
+background (one at a time, in order) while it reads one, holds a part only while it
+reads a run from it, and reads only from whole, checked parts (packer.storage.cache).
+When the cache can hold the whole dataset, runs start anywhere in a part, as for local
+data; when it cannot, the loader reads parts whole, in shuffled part order with a
+shuffle buffer (as streaming readers do), so that each part is downloaded once per
+epoch (when the cache holds at least AHEAD + 1 parts per reading process; with less,
+a part may be removed between two runs of it and downloaded again).
 """
 
 import hashlib
@@ -60,7 +62,7 @@ class RemoteParts:
     def __init__(self, url: str, cache_dir=None, cache_limit=None):
         self.path, self.url, self.urls = url, parse(url), None
         self.cache = PartCache(cache_dir, cache_limit)
-        self.manifest, self.module, self.local = None, None, None
+        self.manifest = None
         manifest_bytes = client.read_bytes(self.url.child(MANIFEST_NAME))
         if manifest_bytes is not None:
             self._open_packed(manifest_bytes)
@@ -78,6 +80,11 @@ class RemoteParts:
     def count(self) -> int:
         return sum(self.part_counts)
 
+    @property
+    def module(self):
+        """The format module (looked up, not kept: a module does not pickle for spawn)."""
+        return format_module(self.manifest["format"]) if self.manifest else None
+
     def _open_packed(self, data: bytes) -> None:
         try:
             manifest = json.loads(data)
@@ -85,7 +92,7 @@ class RemoteParts:
             raise DatasetError(f"{self.url.child(MANIFEST_NAME)}: cannot read the manifest: "
                                f"{err}") from None
         check_manifest(manifest, self.url.child(MANIFEST_NAME))
-        self.manifest, self.module = manifest, format_module(manifest["format"])
+        self.manifest = manifest
         digest = manifest.get(DIGEST_KEY) or hashlib.sha256(data).hexdigest()
         self.dataset = _dataset_id(self.url, digest)
         listing = client.list_objects(self.url)
@@ -141,7 +148,6 @@ class RemoteParts:
             raise DatasetError(f"{self.url}: an object, but not a packed dataset (no "
                                "format finds its manifest in it)")
         check_manifest(self.manifest, self.url)
-        self.module = format_module(self.manifest["format"])
 
     def _open_shards(self, keys: list[str], listing: dict | None = None) -> None:
         """Plain WebDataset shards: each downloaded once to count its samples."""
@@ -234,20 +240,27 @@ def _dataset_id(url: S3Url, version: str) -> str:
 
 
 class RemoteReader:
-    """Runs of samples of a remote dataset from whole parts in the cache. The next
-    AHEAD parts of the plan are downloaded in the background; a part is held (and its
-    local reader kept open) until the plan has no further use of it."""
+    """Runs of samples of a remote dataset from whole parts in the cache.
+
+    A part that is a file of its own is held only while a run is read from it (the
+    samples are copied out), never while the DataLoader keeps this process waiting
+    between batches: a worker held back by its turn in the DataLoader's round-robin
+    must not keep parts that another worker needs room for. The next AHEAD parts of
+    the plan are downloaded in the background, one at a time, and left in the cache
+    (the most recently used, so the last to be removed). A dataset whose parts share
+    its files is held whole while the reader is open."""
 
     def __init__(self, remote: RemoteParts):
         self.remote = remote
         self._order, self._last, self._cursor = None, {}, 0
-        self._held: dict[int, tuple] = {}  # part -> (held files, local reader)
+        self._local: dict[int, object] = {}  # part -> its reader (indexes kept, files closed)
         self._coming: dict[int, Future] = {}
         self._pool = None
+        self._shared = None  # (held files, reader) of a dataset whose parts share files
 
     def __getstate__(self):
         return {"remote": self.remote, "_order": None, "_last": {}, "_cursor": 0,
-                "_held": {}, "_coming": {}, "_pool": None}
+                "_local": {}, "_coming": {}, "_pool": None, "_shared": None}
 
     def plan(self, parts: list[int] | None) -> None:
         """The parts this process will read, in order (one per run)."""
@@ -259,33 +272,41 @@ class RemoteReader:
         self._cursor = 0
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
-        key = 0 if self.remote.shared is not None else part
+        if self.remote.shared is not None:
+            if self._shared is None:
+                held = self.remote._acquire(self.remote.shared)
+                self._shared = held, self.remote.module.reader(self.remote.shared_path(held),
+                                                               self.remote.manifest)
+            return self._shared[1].read(part, start, count)
         self._advance(part)
-        if key not in self._held:
-            future = self._coming.pop(key, None)
-            held = future.result() if future else self._fetch(part)
-            self._held[key] = (held, self._local_reader(part, held))
-        self._prefetch()
-        local = self._held[key][1]
-        return local.read(part if self.remote.shared is not None else 0, start, count)
+        future = self._coming.pop(part, None)
+        if future is not None:
+            future.result()
+        held = self.remote._acquire(self.remote.part_files[part])
+        try:
+            if part not in self._local:
+                self._local[part] = self._local_reader(part, held)
+            return self._local[part].read(0, start, count)
+        finally:
+            self._local[part].close()  # its descriptors first: then the cache may remove it
+            for file in held:
+                file.release()
+            self._prefetch()
 
     def _advance(self, part: int) -> None:
-        """Move the plan's cursor to `part` and let go of the parts behind it."""
-        if self.remote.shared is not None:
-            return
+        """Move the plan's cursor to `part`; forget the readers of parts behind it."""
         order = self._order
         if order is not None and (self._cursor >= len(order) or order[self._cursor] != part):
             try:
                 self._cursor = order.index(part, self._cursor)
             except ValueError:
                 pass
-        for held in list(self._held):
-            done = order is None or self._last.get(held, -1) < self._cursor
-            if held != part and done:
-                self._drop(held)
+        for known in list(self._local):
+            if known != part and (order is None or self._last.get(known, -1) < self._cursor):
+                del self._local[known]
 
     def _prefetch(self) -> None:
-        if self.remote.shared is not None or not self._order:
+        if not self._order:
             return
         coming = []
         for part in self._order[self._cursor + 1:]:
@@ -294,39 +315,37 @@ class RemoteReader:
             if part not in coming and part != self._order[self._cursor]:
                 coming.append(part)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(AHEAD, thread_name_prefix="packer-download")
+            # One download at a time, in the plan's order: the next part first.
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-download")
         for part in coming:
-            if part not in self._held and part not in self._coming:
-                self._coming[part] = self._pool.submit(self._fetch, part)
+            if part not in self._coming:
+                self._coming[part] = self._pool.submit(self._download, part)
 
-    def _fetch(self, part: int) -> list:
-        return self.remote._acquire(self.remote.part_files[part])
+    def _download(self, part: int) -> None:
+        """Into the cache (if it is not there), and let go."""
+        for file in self.remote._acquire(self.remote.part_files[part]):
+            file.release()
 
     def _local_reader(self, part: int, held: list):
         remote = self.remote
         if remote.manifest is None:
             return tarindex.Reader([str(held[0].path)])
-        if remote.shared is not None:
-            return remote.module.reader(remote.shared_path(held), remote.manifest)
         return remote.module.reader(held[0].path.parent, remote._one_part(part)[0])
 
-    def _drop(self, key: int) -> None:
-        held, local = self._held.pop(key)
-        local.close()  # its descriptors first: the cache may then remove the files
-        for file in held:
-            file.release()
-
     def close(self) -> None:
-        for key in list(self._held):
-            self._drop(key)
+        if self._shared is not None:
+            held, reader = self._shared
+            reader.close()
+            for file in held:
+                file.release()
+            self._shared = None
         for future in self._coming.values():
             if not future.cancel():
                 try:
-                    for file in future.result():
-                        file.release()
+                    future.result()
                 except Exception:  # a failed download ahead that was never needed
                     pass
-        self._coming = {}
+        self._coming, self._local = {}, {}
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
