@@ -63,6 +63,7 @@ class RemoteParts:
         self.path, self.url, self.urls = url, parse(url), None
         self.cache = PartCache(cache_dir, cache_limit)
         self.manifest = None
+        self.part_readers: dict[int, object] = {}  # indexes of parts read in this process
         manifest_bytes = client.read_bytes(self.url.child(MANIFEST_NAME))
         if manifest_bytes is not None:
             self._open_packed(manifest_bytes)
@@ -79,6 +80,9 @@ class RemoteParts:
     @property
     def count(self) -> int:
         return sum(self.part_counts)
+
+    def __getstate__(self):  # the part readers of this process stay in it
+        return {**self.__dict__, "part_readers": {}}
 
     @property
     def module(self):
@@ -252,15 +256,14 @@ class RemoteReader:
 
     def __init__(self, remote: RemoteParts):
         self.remote = remote
-        self._order, self._last, self._cursor = None, {}, 0
-        self._local: dict[int, object] = {}  # part -> its reader (indexes kept, files closed)
+        self._order, self._cursor = None, 0
         self._coming: dict[int, Future] = {}
         self._pool = None
         self._shared = None  # (held files, reader) of a dataset whose parts share files
 
     def __getstate__(self):
-        return {"remote": self.remote, "_order": None, "_last": {}, "_cursor": 0,
-                "_local": {}, "_coming": {}, "_pool": None, "_shared": None}
+        return {"remote": self.remote, "_order": None, "_cursor": 0,
+                "_coming": {}, "_pool": None, "_shared": None}
 
     def plan(self, parts: list[int] | None) -> None:
         """The parts this process will read, in order (one per run)."""
@@ -268,7 +271,6 @@ class RemoteReader:
             self._order = None
             return
         self._order = [p for i, p in enumerate(parts) if i == 0 or parts[i - 1] != p]
-        self._last = {p: i for i, p in enumerate(self._order)}
         self._cursor = 0
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
@@ -282,28 +284,26 @@ class RemoteReader:
         future = self._coming.pop(part, None)
         if future is not None:
             future.result()
-        held = self.remote._acquire(self.remote.part_files[part])
+        held, readers = self.remote._acquire(self.remote.part_files[part]), self.remote.part_readers
         try:
-            if part not in self._local:
-                self._local[part] = self._local_reader(part, held)
-            return self._local[part].read(0, start, count)
+            if part not in readers:  # kept with its index for later epochs of this process
+                readers[part] = self._local_reader(part, held)
+            return readers[part].read(0, start, count)
         finally:
-            self._local[part].close()  # its descriptors first: then the cache may remove it
+            if part in readers:
+                readers[part].close()  # its descriptors first: then the cache may remove it
             for file in held:
                 file.release()
             self._prefetch()
 
     def _advance(self, part: int) -> None:
-        """Move the plan's cursor to `part`; forget the readers of parts behind it."""
+        """Move the plan's cursor to `part`."""
         order = self._order
         if order is not None and (self._cursor >= len(order) or order[self._cursor] != part):
             try:
                 self._cursor = order.index(part, self._cursor)
             except ValueError:
                 pass
-        for known in list(self._local):
-            if known != part and (order is None or self._last.get(known, -1) < self._cursor):
-                del self._local[known]
 
     def _prefetch(self) -> None:
         if not self._order:
@@ -345,7 +345,7 @@ class RemoteReader:
                     future.result()
                 except Exception:  # a failed download ahead that was never needed
                     pass
-        self._coming, self._local = {}, {}
+        self._coming = {}
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
