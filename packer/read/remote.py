@@ -167,7 +167,7 @@ class RemoteParts:
                                                           for [f] in self.part_files]))
         self.part_counts, self._first_fields = [], None
         for files in self.part_files:
-            [held] = self._acquire(files)
+            [held] = self.hold(files)
             try:
                 index = tarindex.index_shard(str(held.path))
             finally:
@@ -181,7 +181,8 @@ class RemoteParts:
             return {n: f.get("count", 0) for n, f in fields.items()}, self.manifest["count"]
         return self._first_fields or ({}, 0)
 
-    def _acquire(self, files: list[File]) -> list:
+    def hold(self, files: list[File]) -> list:
+        """Each file whole in the cache (downloaded if need be), held until released."""
         held = []
         try:
             for file in files:
@@ -197,7 +198,7 @@ class RemoteParts:
     @contextmanager
     def held_shared(self):
         """The local path of a dataset whose parts share its files, held meanwhile."""
-        held = self._acquire(self.shared)
+        held = self.hold(self.shared)
         try:
             yield self.shared_path(held)
         finally:
@@ -218,14 +219,14 @@ class RemoteParts:
             with self.held_shared() as path:
                 yield path, self.manifest, self.manifest["parts"][index]
             return
-        held = self._acquire(self.part_files[index])
+        held = self.hold(self.part_files[index])
         try:
-            yield held[0].path.parent, *self._one_part(index)
+            yield held[0].path.parent, *self.one_part(index)
         finally:
             for part in held:
                 part.release()
 
-    def _one_part(self, index: int) -> tuple[dict | None, dict | None]:
+    def one_part(self, index: int) -> tuple[dict | None, dict | None]:
         """A manifest of part `index` alone (its index 0), and that part's record."""
         if self.manifest is None:
             return None, None
@@ -276,7 +277,7 @@ class RemoteReader:
     def read(self, part: int, start: int, count: int) -> list[dict]:
         if self.remote.shared is not None:
             if self._shared is None:
-                held = self.remote._acquire(self.remote.shared)
+                held = self.remote.hold(self.remote.shared)
                 self._shared = held, self.remote.module.reader(self.remote.shared_path(held),
                                                                self.remote.manifest)
             return self._shared[1].read(part, start, count)
@@ -284,7 +285,7 @@ class RemoteReader:
         future = self._coming.pop(part, None)
         if future is not None:
             future.result()
-        held, readers = self.remote._acquire(self.remote.part_files[part]), self.remote.part_readers
+        held, readers = self.remote.hold(self.remote.part_files[part]), self.remote.part_readers
         try:
             if part not in readers:  # kept with its index for later epochs of this process
                 readers[part] = self._local_reader(part, held)
@@ -323,14 +324,14 @@ class RemoteReader:
 
     def _download(self, part: int) -> None:
         """Into the cache (if it is not there), and let go."""
-        for file in self.remote._acquire(self.remote.part_files[part]):
+        for file in self.remote.hold(self.remote.part_files[part]):
             file.release()
 
     def _local_reader(self, part: int, held: list):
         remote = self.remote
         if remote.manifest is None:
             return tarindex.Reader([str(held[0].path)])
-        return remote.module.reader(held[0].path.parent, remote._one_part(part)[0])
+        return remote.module.reader(held[0].path.parent, remote.one_part(part)[0])
 
     def close(self) -> None:
         if self._shared is not None:
