@@ -30,6 +30,7 @@ from packer.read.decode import rgb8_tensor
 from packer.read.loader import DataLoader, open_dataset
 from packer.read.loose import LooseImages, loose_images
 from packer.sources.files.scan import read_file
+from packer.storage.url import is_s3
 
 
 @dataclass
@@ -83,7 +84,13 @@ def stored_text(manifest: dict) -> str:
 
 def describe(path: str) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
-    left out, as packing leaves them out, so that every reader reads the same samples)."""
+    left out, as packing leaves them out, so that every reader reads the same samples).
+    A dataset in object storage is read through the part cache: no local files to `cat`
+    or to drop from the page cache; its first pass downloads the parts."""
+    if is_s3(path):
+        manifest = load_manifest(path)
+        data = sum(f["bytes"] for f in manifest["fields"].values())
+        return Contender(path, manifest["format"], [], manifest["count"], data)
     folder = Path(path)
     if not folder.is_dir() and not is_packed(folder):
         raise UsageProblem(f"{path}: not a folder or a packed dataset")
@@ -293,7 +300,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
             row["vs_loose"] = row["samples_per_s"] / base
         results.append(row)
     ceilings = {r.name: {"cat_samples_per_s": cat_rate(r, options.cold),
-                         "kind": r.kind, "count": r.count} for r in readers}
+                         "kind": r.kind, "count": r.count} for r in readers if r.files}
     stored = {r.name: {"bytes": r.stored_bytes, "images": r.stored} for r in readers}
     if options.decode and loose is not None:
         ceilings["decode_limit_samples_per_s"] = decode_limit(loose, options.image_size)
@@ -303,9 +310,10 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
 
 
 def _cold_check(readers: list[Contender], options: BenchOptions) -> bool | None:
-    if not options.cold:
+    local = [f for r in readers for f in r.files]
+    if not options.cold or not local:
         return None
-    biggest = max((f for r in readers for f in r.files), key=lambda f: Path(f).stat().st_size)
+    biggest = max(local, key=lambda f: Path(f).stat().st_size)
     return drop_took_effect(biggest)
 
 

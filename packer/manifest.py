@@ -17,6 +17,7 @@ from pathlib import Path
 from packer import formats
 from packer.errors import DatasetError, NoSuchDataset
 from packer.sample import LAYOUT_VERSION
+from packer.storage.url import is_s3
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
@@ -43,8 +44,13 @@ def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def load_manifest(dataset: Path) -> dict:
-    """The manifest of a packed dataset, or a DatasetError that says what is wrong."""
+def load_manifest(dataset) -> dict:
+    """The manifest of a packed dataset (a local path or an s3:// URL), or a
+    DatasetError that says what is wrong."""
+    if is_s3(dataset):
+        from packer.read.remote import load_remote_manifest  # reading from object storage
+
+        return load_remote_manifest(dataset)
     dataset = Path(dataset)
     if dataset.name.endswith(PARTIAL_SUFFIX) or (
         not dataset.exists() and partial_path(dataset).exists()

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from packer.cli import cli
+from s3_server import moto_server, s3  # noqa: F401 (fixtures of the s3 tests)
 
 
 def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 20)) -> bytes:

@@ -84,6 +84,10 @@ def reader(path: Path, manifest: dict) -> ToyReader:
     return ToyReader(path, manifest)
 
 
+def part_files(part: dict) -> list[str]:
+    return [part["name"]]
+
+
 def data_files(path: Path, manifest: dict) -> list[Path]:
     return [Path(path) / part["name"] for part in manifest["parts"]]
 

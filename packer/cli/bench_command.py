@@ -52,6 +52,7 @@ def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size,
     Example:
       packer bench ./images ./images-wds ./images.lmdb ./images.h5 --workers 0,1,2,4
       packer bench ./images ./images-wds --cold --json bench.json --plot bench.png
+      packer bench ./images-wds s3://bucket/images-wds   # read through the part cache
     """
     from packer.bench import BenchOptions, plot, table
     from packer.bench import bench as run_bench

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from packer.cli.options import emit_json, json_option, quiet_option, show_progress
+from packer.cli.options import Location, emit_json, json_option, quiet_option, show_progress
 from packer.cli.report import (
     empty_classes,
     inspect_text,
@@ -19,7 +19,7 @@ from packer.text import plural
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset", type=Location())
 @json_option
 def inspect(dataset, as_json):
     """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
@@ -32,6 +32,7 @@ def inspect(dataset, as_json):
       packer inspect ./images-wds
       packer inspect ./images-wds --json | jq .classes
       packer inspect './downloaded/shard-{000000..000009}.tar'
+      packer inspect s3://bucket/images-wds   # AWS_ENDPOINT_URL etc. from the environment
     """
     from packer.manifest import class_counts, load_manifest
     from packer.read.dataset import describe_shards, plain_shards
@@ -58,7 +59,7 @@ def inspect(dataset, as_json):
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset", type=Location())
 @click.option("--against", type=click.Path(path_type=Path),
               help="What the dataset was packed from: a folder (every packed file "
                    "bit-identical, every file packed or listed as skipped), or a table or "
@@ -76,6 +77,7 @@ def verify(dataset, against, as_json, quiet):
       packer verify ./images-wds
       packer verify ./images.lmdb --against ./images --json
       packer verify ./export.h5 --against ./export.csv
+      packer verify s3://bucket/images-wds   # parts downloaded through the cache
     """
     from packer.read.verify import verify as run_verify
 

@@ -1,25 +1,33 @@
 """Options and parameter types shared by the commands, and how they print."""
 
 import json
-import re
 import sys
+from pathlib import Path
 
 import click
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+from packer.storage.url import is_s3
+from packer.text import size_bytes
 
 
 def parse_size(text: str) -> int:
     """`256MB` -> 256000000, `1GiB` -> 1073741824, `5e8` -> 500000000."""
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
-    unit = match and match.group(2).upper()
-    if not match or unit not in _UNITS:
-        raise click.BadParameter(f"{text!r} is not a size; use e.g. 256MB, 1GB, 512MiB")
-    return int(float(match.group(1)) * _UNITS[unit])
+    try:
+        return size_bytes(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
 
 
 MIN_SHARD_SIZE = 10 << 10
+
+
+class Location(click.ParamType):
+    """A local path (given as a Path) or an s3:// URL (kept as it is written)."""
+
+    name = "PATH|s3://BUCKET/PREFIX"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, Path) or is_s3(value) else Path(value)
 
 
 class Size(click.ParamType):

@@ -6,6 +6,7 @@ import click
 from click.core import ParameterSource
 
 from packer.cli.options import (
+    Location,
     PartOption,
     Size,
     emit_json,
@@ -28,9 +29,11 @@ from packer.sources.files.checks import CHECK_MODES
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
-@click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
+@click.option("-o", "--output", "out", type=Location(), required=True,
               help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
-                   "renamed when complete), e.g. -o images.h5.")
+                   "renamed when complete), e.g. -o images.h5; or s3://BUCKET/PREFIX (parts "
+                   "uploaded as they are done, the manifest last; endpoint and credentials "
+                   "from the AWS environment, e.g. AWS_ENDPOINT_URL).")
 @click.option("--labels", type=click.Path(path_type=Path, dir_okay=False),
               help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
                    "string labels become ids. Looked for in the current folder, then in "
@@ -166,6 +169,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./images --to lmdb --resize 64x64 --encode raw -o ./images64.lmdb
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
       packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
+      packer pack ./images --to webdataset -o s3://bucket/images-wds  # parts uploaded as done
     """
     from packer.packing.pipeline import pack as run_pack
 

@@ -101,7 +101,7 @@ def pack_text(manifest: dict, out: Path) -> str:
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
     lines += filter(None, [layout.layout_text(manifest), reencoded_text(manifest)])
-    where = str(out / MANIFEST_NAME)
+    where = f"{out}/{MANIFEST_NAME}"
     if manifest["skipped"]:
         lines.append(f"skipped {plural(s['skipped'], 'input')}:")
         lines += _listing(manifest["skipped"], where)
@@ -160,10 +160,10 @@ def inspect_text(manifest: dict, path: Path) -> str:
     if len(manifest["parts"]) > LIST_LIMIT:
         lines.append(f"  ... and {len(manifest['parts']) - LIST_LIMIT} more")
     lines.append(f"skipped: {len(manifest['skipped']):,}")
-    lines += _listing(manifest["skipped"], str(path / MANIFEST_NAME))
+    lines += _listing(manifest["skipped"], f"{path}/{MANIFEST_NAME}")
     if manifest.get("warnings"):
         lines.append(f"decoder warnings: {len(manifest['warnings']):,}")
-        lines += _listing(_warning_entries(manifest), str(path / MANIFEST_NAME))
+        lines += _listing(_warning_entries(manifest), f"{path}/{MANIFEST_NAME}")
     if manifest["ignored"]:
         lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)

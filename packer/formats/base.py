@@ -93,6 +93,7 @@ class Writer:
         self.max_part_count = max_part_count
         self.parts: list[dict] = []
         self.count = 0
+        self.on_close = None  # called with (folder, part record) when a part is durable
         self._open_part: dict | None = None
         self._digest = None
 
@@ -145,6 +146,8 @@ class Writer:
             part["samples_sha256"] = self._digest.hexdigest()
         self._seal_part(part)
         self.parts.append(part)
+        if self.on_close is not None:
+            self.on_close(self.folder, part)
         return part
 
     def resume(self, parts: list[dict]) -> str | None:

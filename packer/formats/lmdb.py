@@ -30,6 +30,7 @@ from packer.formats.protocol import (
     no_layout_text,
     publish_folder,
     sample_problems,
+    shared_files,
 )
 from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
@@ -44,6 +45,7 @@ DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"
 part_limits = block_limits
 publish = publish_folder
+part_files = shared_files
 layout_text = no_layout_text
 manifest_in_file = no_file_manifest
 

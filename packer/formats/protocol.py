@@ -72,6 +72,11 @@ class Format(Protocol):
     def data_files(self, path: Path, manifest: dict) -> list[Path]:
         """The files holding the samples (what `cat` reads and a cold cache drops)."""
 
+    def part_files(self, part: dict) -> list[str]:
+        """The files of the dataset folder that hold this part and nothing else, its own
+        file first (what a reader from object storage downloads to read the part);
+        none where all parts share the dataset's files (those are downloaded whole)."""
+
     def verify_part(self, path: Path, manifest: dict, part: dict, name: str,
                     compare) -> tuple[list[str], int]:
         """One part against its record in the manifest: (problems, samples seen).
@@ -215,6 +220,11 @@ def remove(path: Path) -> None:
 def no_file_manifest(path: Path) -> None:
     """For a format whose datasets are folders with a manifest.json."""
     return None
+
+
+def shared_files(part: dict) -> list[str]:
+    """For a format whose parts are blocks of the dataset's one set of files."""
+    return []
 
 
 def no_layout_text(manifest: dict) -> None:

@@ -35,6 +35,7 @@ from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
 from packer.sources.files.scan import read_file
+from packer.storage.url import is_s3
 from packer.text import without_addresses
 
 PROGRESS_NAME = "progress.json"
@@ -88,8 +89,9 @@ def _setup(source, options: PackOptions) -> dict:
             "record_dtype": source.record_dtype if shape == RECORDS else None}
 
 
-def _start(out: Path, source, setup: dict, options: PackOptions):
-    """The writer (fresh or resumed) and the tally to continue from."""
+def _start(out: Path, source, setup: dict, options: PackOptions, on_part=None):
+    """The writer (fresh or resumed) and the tally to continue from; `on_part(folder,
+    part)` is called as each part closes."""
     work = partial_path(out)
     progress_path = work / PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
@@ -105,6 +107,7 @@ def _start(out: Path, source, setup: dict, options: PackOptions):
         progress = None
     module = format_module(options.to)
     writer = module.WRITER(work, setup, *module.part_limits(options))
+    writer.on_close = on_part
     tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     restarted = progress and writer.resume(progress["parts"])
     if restarted:
@@ -300,19 +303,24 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
     }
 
 
-def pack(path: Path, out: Path, options: PackOptions) -> dict:
+def pack(path: Path, out, options: PackOptions, on_part=None) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
-    them) into `out`; returns the manifest."""
+    them) into `out` (a local path, or an s3:// URL); returns the manifest.
+    `on_part(folder, part)` is called as each part closes (its files are complete)."""
+    if is_s3(out):
+        from packer.storage.publish import pack_to_s3
+
+        return pack_to_s3(path, out, options)
     path, out = Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
     if options.engine == "ray":
         check_cluster(options.address)  # before the scan: an error now, not after it
     with output_lock(out):
-        return _pack_locked(path, out, options)
+        return _pack_locked(path, out, options, on_part)
 
 
-def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
+def _pack_locked(path: Path, out: Path, options: PackOptions, on_part) -> dict:
     if out.exists() and not options.overwrite:  # written while this run waited to start
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
@@ -327,7 +335,7 @@ def _pack_locked(path: Path, out: Path, options: PackOptions) -> dict:
                            f"{'column blocks' if setup['shape'] == COLUMNS else 'records'} "
                            "copied in this process, with no per-sample work to share over a "
                            "cluster; leave out --engine ray (the copy runs at disk speed)")
-    writer, tally = _start(out, source, setup, options)
+    writer, tally = _start(out, source, setup, options, on_part)
     began = time.perf_counter()
     with disk_full_reported(writer.folder):
         try:

@@ -11,14 +11,29 @@ from packer.formats.webdataset import tarindex
 from packer.manifest import is_packed, load_manifest
 from packer.read import shards
 from packer.sample import sample_digest
+from packer.storage.url import is_s3
 
 
-def open_packed(path: Path) -> tuple[dict, object]:
-    """The manifest and the format module of a packed dataset."""
+def open_packed(path) -> tuple[dict, object]:
+    """The manifest and the format module of a packed dataset (local or s3://)."""
+    manifest, module, _ = parts_on_disk(path)
+    return manifest, module
+
+
+def parts_on_disk(path) -> tuple[dict, object, Iterator]:
+    """The manifest, the format module, and each part on local disk as the format's
+    `read_part` and `verify_part` take it: (part, (path, manifest, record)). A dataset in
+    object storage is downloaded part by part into the cache, each held while in use."""
+    if is_s3(path):
+        from packer.read.remote import RemoteParts
+
+        remote = RemoteParts(path)
+        return remote.manifest, remote.module, _remote_parts(remote)
     manifest = load_manifest(path)
+    local = ((part, (Path(path), manifest, part)) for part in manifest["parts"])
     module = format_module(manifest["format"])
     check_files(Path(path), manifest, module)
-    return manifest, module
+    return manifest, module, local
 
 
 def check_files(path: Path, manifest: dict, module) -> None:
@@ -31,21 +46,27 @@ def check_files(path: Path, manifest: dict, module) -> None:
                            f"lists it{others}. Restore it, or pack the source again")
 
 
-def iter_samples(path: Path) -> Iterator[dict]:
+def _remote_parts(remote) -> Iterator:
+    for index, part in enumerate(remote.manifest["parts"]):
+        with remote.held_part(index) as on_disk:
+            yield part, on_disk
+
+
+def iter_samples(path) -> Iterator[dict]:
     """Every sample, in order, as a dict of bytes (and int class ids). A part that
     holds another number of samples than the manifest says, or other samples than its
     digest says, is a DatasetError when its end is reached."""
-    manifest, module = open_packed(path)
-    for part in manifest["parts"]:
+    manifest, module, parts = parts_on_disk(path)
+    for part, on_disk in parts:
         seen, digest = 0, hashlib.sha256() if "samples_sha256" in part else None
-        for sample in module.read_part(Path(path), manifest, part):
+        for sample in module.read_part(*on_disk):
             if digest is not None:
                 digest.update(sample_digest(sample))
             seen += 1
             yield sample
         name = part.get("name", f"samples {part['first']:,}..")
         if seen != part["count"]:
-            raise DatasetError(f"{Path(path) / name if 'name' in part else path}: {seen:,} "
+            raise DatasetError(f"{f'{path}/{name}' if 'name' in part else path}: {seen:,} "
                                f"samples in part {part['index']}, the manifest says "
                                f"{part['count']:,}; `packer verify {path}` tells more")
         if digest is not None and digest.hexdigest() != part["samples_sha256"]:
@@ -91,7 +112,9 @@ class PackedParts:
     def count(self) -> int:
         return sum(self.part_counts)
 
-    def reader(self):
+    def reader(self, runs=None):
+        """The reader of runs of samples (`runs`, the plan of this process, is for
+        readers that fetch parts ahead)."""
         return self._reader
 
     def field_counts(self) -> tuple[dict[str, int], int]:
@@ -111,6 +134,8 @@ def plain_shards(path) -> bool:
     """Whether `path` names WebDataset shards that packer did not pack (no manifest): a
     folder of shards, a file named as a shard (.tar, .tar.gz ...) or compressed, a brace
     or glob pattern, URLs, or a list."""
+    if is_s3(path):  # read (packed or not) through the part cache: see open_parts
+        return False
     if isinstance(path, list | tuple) or shards.is_remote(str(path)) or any(
             c in str(path) for c in "{*?["):
         return True
@@ -122,9 +147,14 @@ def plain_shards(path) -> bool:
     return folder.is_dir() and bool(shards.shard_files(folder))
 
 
-def open_parts(path) -> PackedParts:
+def open_parts(path, cache_dir=None, cache_limit=None) -> PackedParts:
     """A packed dataset (a folder with a manifest, or one file), or plain WebDataset shards
-    (`plain_shards`)."""
+    (`plain_shards`). An `s3://` URL is read through the local cache in `cache_dir`, at
+    most `cache_limit`."""
+    if is_s3(path):
+        from packer.read.remote import RemoteParts
+
+        return RemoteParts(path, cache_dir, cache_limit)
     if plain_shards(path):
         return PackedParts(path if isinstance(path, list | tuple) else str(path),
                            urls=shards.expand(path))

@@ -203,7 +203,7 @@ class PackedDataset(IterableDataset):
                                 num_workers=num_workers, remainder=self.remainder,
                                 holdout=self.holdout)
         skip = self._skip(worker, num_workers)
-        reader, position = self.source.reader(), 0
+        reader, position = self.source.reader(runs), 0
         pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
         try:
             for number, window in enumerate(plan.windows(runs, self.window)):
@@ -389,9 +389,10 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64,
                  holdout: tuple[float, str] | None = None,
-                 exact_resize: bool = False, threads: int = 0) -> PackedDataset:
+                 exact_resize: bool = False, threads: int = 0, cache_dir=None,
+                 cache_limit=None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
-    shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:) for training.
+    shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
     shuffle, seed    shard/part order and a bounded buffer, fixed by (seed, epoch)
     decode           "rgb8" (uint8 (3, H, W) tensors), "pil", or "raw" (bytes)
@@ -407,9 +408,12 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     holdout          (fraction, "train" or "val"): one side of a fixed split
     threads          decode in this many threads of the reading process (with
                      num_workers=0: no worker processes; README: when that wins)
+    cache_dir        where parts of an s3:// dataset are kept (default ~/.cache/packer),
+    cache_limit      at most this many bytes ("20GB"; default 20 GB, at most 80% of the
+                     disk's free space), shared by every process that uses the folder
     """
-    return PackedDataset(open_parts(path), shuffle=shuffle, seed=seed, decode=decode,
-                         image_size=image_size, transform=transform, decoders=decoders,
-                         rank=rank, world_size=world_size, remainder=remainder,
+    return PackedDataset(open_parts(path, cache_dir, cache_limit), shuffle=shuffle, seed=seed,
+                         decode=decode, image_size=image_size, transform=transform,
+                         decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
                          holdout=holdout, exact_resize=exact_resize, threads=threads)

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from packer.errors import UsageProblem
 from packer.packing.transform import reencoded_text, transform_of
-from packer.read.dataset import open_packed
+from packer.read.dataset import parts_on_disk
 from packer.sample import IMAGE_FIELDS, KEY, RAW_IMAGE_FIELD, decode_key, field_bytes, restored_path
 from packer.sources import recorded_kind, source_kinds
 
@@ -87,15 +87,15 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
-def verify(dataset: Path, against: Path | None = None, progress: bool = True) -> dict:
+def verify(dataset, against: Path | None = None, progress: bool = True) -> dict:
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all)."""
-    manifest, module = open_packed(dataset)
+    manifest, module, parts = parts_on_disk(dataset)
     compare = _comparer(manifest, Path(against)) if against is not None else None
     problems, count = [], 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
-    for part in manifest["parts"]:
+    for part, on_disk in parts:
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
-        part_problems, seen = module.verify_part(Path(dataset), manifest, part, name, compare)
+        part_problems, seen = module.verify_part(*on_disk, name, compare)
         problems += part_problems
         count += seen
         bar.update(seen)

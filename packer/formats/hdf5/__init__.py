@@ -37,6 +37,7 @@ from packer.formats.protocol import (
     checksum_problems,
     remove,
     sample_problems,
+    shared_files,
     swap_in,
 )
 from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
@@ -51,6 +52,7 @@ PART_KEYS = (("samples_sha256", "columns_crc32", "records_crc32"),)
 WRITER = Hdf5Writer
 _RUN = 1024  # samples read at a time by read_part
 part_limits = block_limits
+part_files = shared_files
 
 
 def encode(sample: dict) -> list[bytes]:

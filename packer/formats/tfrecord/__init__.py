@@ -264,6 +264,10 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
     return [Path(path) / part["name"] for part in manifest["parts"]]
 
 
+def part_files(part: dict) -> list[str]:
+    return [part["name"], index_path(Path(part["name"])).name]
+
+
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
                 compare) -> tuple[list[str], int]:
     """The part's size and sha256, and every record read through its index (each

@@ -185,6 +185,10 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
     return [Path(path) / part["name"] for part in manifest["parts"]]
 
 
+def part_files(part: dict) -> list[str]:
+    return [part["name"]]
+
+
 def reader(path: Path, manifest: dict):
     """Random access through each shard's member index (built here, once, and shared by
     the workers); a shard whose sample count differs from the manifest is refused."""

@@ -1,0 +1,352 @@
+"""Datasets in object storage (`s3://bucket/prefix`), read through the local part cache.
+
+What is at the URL decides how it is read:
+
+    s3://b/x/manifest.json + parts   a packed dataset; parts that are files of their
+                                     own (tar shards, TFRecord files) are downloaded
+                                     part by part as the reader reaches them, a format
+                                     whose parts share files (LMDB) is downloaded whole
+    s3://b/x.h5                      a packed dataset that is one file: downloaded whole
+    s3://b/x/*.tar, s3://b/x.tar     plain WebDataset shards: downloaded once when opened
+                                     to count their samples, then read like packed ones
+
+Each reading process downloads the next AHEAD parts of its share of the epoch in the
+background (one at a time, in order) while it reads one, holds a part only while it
+reads a run from it, and reads only from whole, checked parts (packer.storage.cache).
+When the cache can hold the whole dataset, runs start anywhere in a part, as for local
+data; when it cannot, the loader reads parts whole, in shuffled part order with a
+shuffle buffer (as streaming readers do), so that each part is downloaded once per
+epoch (when the cache holds at least AHEAD + 1 parts per reading process; with less,
+a part may be removed between two runs of it and downloaded again).
+"""
+
+import hashlib
+import json
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from braceexpand import braceexpand
+
+from packer.errors import DatasetError, NoSuchDataset
+from packer.formats import format_module, manifest_of_file
+from packer.formats.webdataset import tarindex
+from packer.manifest import DIGEST_KEY, MANIFEST_NAME, check_manifest
+from packer.storage import client
+from packer.storage.cache import PartCache
+from packer.storage.publish import UNFINISHED
+from packer.storage.url import S3Url, parse
+
+AHEAD = 2  # parts each reading process downloads ahead of the one it reads
+
+
+class File:
+    """An object to download: its name under the dataset, URL, size and sha256."""
+
+    def __init__(self, name: str, url: S3Url, size: int, sha256: str | None):
+        self.name, self.url, self.size, self.sha256 = name, url, size, sha256
+
+
+def load_remote_manifest(url: str) -> dict:
+    """The manifest of the packed dataset at `url` (a dataset that is one file is
+    downloaded into the cache to read it)."""
+    return RemoteParts(url).manifest
+
+
+class RemoteParts:
+    """A dataset in object storage as the loader sees a local one (packer.read.dataset.
+    PackedParts): parts with their sample counts, classes, whether runs can start
+    anywhere, a reader. Picklable: it travels to the workers without handles."""
+
+    def __init__(self, url: str, cache_dir=None, cache_limit=None):
+        self.path, self.url, self.urls = url, parse(url), None
+        self.cache = PartCache(cache_dir, cache_limit)
+        self.manifest = None
+        self.part_readers: dict[int, object] = {}  # indexes of parts read in this process
+        manifest_bytes = client.read_bytes(self.url.child(MANIFEST_NAME))
+        if manifest_bytes is not None:
+            self._open_packed(manifest_bytes)
+        elif self.url.key.endswith(".tar") or "{" in self.url.key:
+            self._open_shards(sorted(set(braceexpand(self.url.key))))
+        else:
+            self._open_listing()
+        self.part_counts = ([p["count"] for p in self.manifest["parts"]] if self.manifest
+                            else self.part_counts)
+        self.classes = self.manifest.get("classes") if self.manifest else None
+        size = sum(f.size for files in self.part_files for f in files)
+        self.seekable = self.shared is not None or size <= self.cache.limit
+
+    @property
+    def count(self) -> int:
+        return sum(self.part_counts)
+
+    def __getstate__(self):  # the part readers of this process stay in it
+        return {**self.__dict__, "part_readers": {}}
+
+    @property
+    def module(self):
+        """The format module (looked up, not kept: a module does not pickle for spawn)."""
+        return format_module(self.manifest["format"]) if self.manifest else None
+
+    def _open_packed(self, data: bytes) -> None:
+        try:
+            manifest = json.loads(data)
+        except ValueError as err:
+            raise DatasetError(f"{self.url.child(MANIFEST_NAME)}: cannot read the manifest: "
+                               f"{err}") from None
+        check_manifest(manifest, self.url.child(MANIFEST_NAME))
+        self.manifest = manifest
+        digest = manifest.get(DIGEST_KEY) or hashlib.sha256(data).hexdigest()
+        self.dataset = _dataset_id(self.url, digest)
+        listing = client.list_objects(self.url)
+        if manifest["parts"] and self.module.part_files(manifest["parts"][0]):
+            self.shared = None
+            self.part_files = [[self._file(name, part, listing)
+                                for name in self.module.part_files(part)]
+                               for part in manifest["parts"]]
+        else:
+            self.shared = [self._whole(name, listing) for name in sorted(listing)
+                           if name != MANIFEST_NAME]
+            self.part_files = [self.shared]
+
+    def _file(self, name: str, part: dict, listing: dict) -> File:
+        """A part's file: the size and sha256 the manifest gives its own file."""
+        if name not in listing:
+            raise DatasetError(f"{self.url.child(name)}: missing; the manifest at "
+                               f"{self.url} lists it (restore it, or pack again)")
+        own = name == part.get("name")
+        size = part["bytes"] if own else listing[name][0]
+        return File(name, self.url.child(name), size, part.get("sha256") if own else None)
+
+    def _whole(self, name: str, listing: dict) -> File:
+        """A file shared by all parts: the sha256 packer's upload recorded, if any."""
+        found = client.head(self.url.child(name))
+        size, sha256 = found if found else (listing[name][0], None)
+        return File(name, self.url.child(name), size, sha256)
+
+    def _open_listing(self) -> None:
+        """No manifest under the prefix: one object that is a dataset, or shards."""
+        found = client.head(self.url) if self.url.key else None
+        if found is not None:
+            return self._open_file(*found)
+        listing = client.list_objects(self.url)
+        shards = sorted(name for name in listing if name.endswith(".tar"))
+        if shards and UNFINISHED not in listing:
+            return self._open_shards([self.url.child(n).key for n in shards], listing)
+        if listing:
+            raise DatasetError(f"{self.url}: holds {len(listing):,} objects but no "
+                               f"{MANIFEST_NAME}: an unfinished pack (the run was "
+                               "interrupted or failed); finish it with `packer pack ... "
+                               "--resume`")
+        raise NoSuchDataset(f"{self.url}: no such dataset (no object has this prefix)")
+
+    def _open_file(self, size: int, sha256: str | None) -> None:
+        """A dataset that is one object (an HDF5 file): downloaded, its manifest read."""
+        self.dataset = _dataset_id(self.url, f"{size}:{sha256}")
+        self.shared = [File(self.url.name, self.url, size, sha256)]
+        self.part_files = [self.shared]
+        with self.held_shared() as path:
+            self.manifest = manifest_of_file(path)
+        if self.manifest is None:
+            raise DatasetError(f"{self.url}: an object, but not a packed dataset (no "
+                               "format finds its manifest in it)")
+        check_manifest(self.manifest, self.url)
+
+    def _open_shards(self, keys: list[str], listing: dict | None = None) -> None:
+        """Plain WebDataset shards: each downloaded once to count its samples."""
+        self.shared, self.part_files = None, []
+        for key in keys:
+            url = S3Url(self.url.bucket, key)
+            name = key[len(self.url.prefix):]
+            found = (listing[name][0], None) if listing and name in listing else client.head(url)
+            if found is None:
+                raise NoSuchDataset(f"{url}: no such shard")
+            self.part_files.append([File(key, url, *found)])
+        self.dataset = _dataset_id(self.url, json.dumps([[f.url.key, f.size, f.sha256]
+                                                          for [f] in self.part_files]))
+        self.part_counts, self._first_fields = [], None
+        for files in self.part_files:
+            [held] = self.hold(files)
+            try:
+                index = tarindex.index_shard(str(held.path))
+            finally:
+                held.release()
+            self.part_counts.append(index.count)
+            self._first_fields = self._first_fields or (dict(Counter(index.field)), index.count)
+
+    def field_counts(self) -> tuple[dict[str, int], int]:
+        if self.manifest is not None:
+            fields = self.manifest.get("fields", {})
+            return {n: f.get("count", 0) for n, f in fields.items()}, self.manifest["count"]
+        return self._first_fields or ({}, 0)
+
+    def hold(self, files: list[File]) -> list:
+        """Each file whole in the cache (downloaded if need be), held until released."""
+        held = []
+        try:
+            for file in files:
+                held.append(self.cache.acquire(
+                    self.dataset, file.name, file.size, file.sha256,
+                    lambda out, url=file.url: client.download(url, out), str(file.url)))
+        except BaseException:
+            for part in held:
+                part.release()
+            raise
+        return held
+
+    @contextmanager
+    def held_shared(self):
+        """The local path of a dataset whose parts share its files, held meanwhile."""
+        held = self.hold(self.shared)
+        try:
+            yield self.shared_path(held)
+        finally:
+            for part in held:
+                part.release()
+
+    def shared_path(self, held: list) -> Path:
+        """What a format reads a dataset of shared files from: the one file, or the
+        cache folder that holds them."""
+        one_file = len(self.shared) == 1 and self.shared[0].url == self.url
+        return held[0].path if one_file else held[0].path.parent
+
+    @contextmanager
+    def held_part(self, index: int):
+        """(local path, manifest, part record) to read part `index` from local disk, the
+        files held meanwhile: what a format's `read_part` and `verify_part` take."""
+        if self.shared is not None:
+            with self.held_shared() as path:
+                yield path, self.manifest, self.manifest["parts"][index]
+            return
+        held = self.hold(self.part_files[index])
+        try:
+            yield held[0].path.parent, *self.one_part(index)
+        finally:
+            for part in held:
+                part.release()
+
+    def one_part(self, index: int) -> tuple[dict | None, dict | None]:
+        """A manifest of part `index` alone (its index 0), and that part's record."""
+        if self.manifest is None:
+            return None, None
+        part = {**self.manifest["parts"][index], "index": 0, "first": 0}
+        return {**self.manifest, "parts": [part], "count": part["count"]}, part
+
+    def reader(self, runs=None) -> "RemoteReader":
+        reader = RemoteReader(self)
+        reader.plan([run.part for run in runs] if runs is not None else None)
+        return reader
+
+
+def _dataset_id(url: S3Url, version: str) -> str:
+    """The cache folder of one version of the dataset at `url`."""
+    return hashlib.sha256(f"{url}\n{version}".encode()).hexdigest()[:16]
+
+
+class RemoteReader:
+    """Runs of samples of a remote dataset from whole parts in the cache.
+
+    A part that is a file of its own is held only while a run is read from it (the
+    samples are copied out), never while the DataLoader keeps this process waiting
+    between batches: a worker held back by its turn in the DataLoader's round-robin
+    must not keep parts that another worker needs room for. The next AHEAD parts of
+    the plan are downloaded in the background, one at a time, and left in the cache
+    (the most recently used, so the last to be removed). A dataset whose parts share
+    its files is held whole while the reader is open."""
+
+    def __init__(self, remote: RemoteParts):
+        self.remote = remote
+        self._order, self._cursor = None, 0
+        self._coming: dict[int, Future] = {}
+        self._pool = None
+        self._shared = None  # (held files, reader) of a dataset whose parts share files
+
+    def __getstate__(self):
+        return {"remote": self.remote, "_order": None, "_cursor": 0,
+                "_coming": {}, "_pool": None, "_shared": None}
+
+    def plan(self, parts: list[int] | None) -> None:
+        """The parts this process will read, in order (one per run)."""
+        if parts is None:
+            self._order = None
+            return
+        self._order = [p for i, p in enumerate(parts) if i == 0 or parts[i - 1] != p]
+        self._cursor = 0
+
+    def read(self, part: int, start: int, count: int) -> list[dict]:
+        if self.remote.shared is not None:
+            if self._shared is None:
+                held = self.remote.hold(self.remote.shared)
+                self._shared = held, self.remote.module.reader(self.remote.shared_path(held),
+                                                               self.remote.manifest)
+            return self._shared[1].read(part, start, count)
+        self._advance(part)
+        future = self._coming.pop(part, None)
+        if future is not None:
+            future.result()
+        held, readers = self.remote.hold(self.remote.part_files[part]), self.remote.part_readers
+        try:
+            if part not in readers:  # kept with its index for later epochs of this process
+                readers[part] = self._local_reader(part, held)
+            return readers[part].read(0, start, count)
+        finally:
+            if part in readers:
+                readers[part].close()  # its descriptors first: then the cache may remove it
+            for file in held:
+                file.release()
+            self._prefetch()
+
+    def _advance(self, part: int) -> None:
+        """Move the plan's cursor to `part`."""
+        order = self._order
+        if order is not None and (self._cursor >= len(order) or order[self._cursor] != part):
+            try:
+                self._cursor = order.index(part, self._cursor)
+            except ValueError:
+                pass
+
+    def _prefetch(self) -> None:
+        if not self._order:
+            return
+        coming = []
+        for part in self._order[self._cursor + 1:]:
+            if len(coming) == AHEAD:
+                break
+            if part not in coming and part != self._order[self._cursor]:
+                coming.append(part)
+        if self._pool is None:
+            # One download at a time, in the plan's order: the next part first.
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-download")
+        for part in coming:
+            if part not in self._coming:
+                self._coming[part] = self._pool.submit(self._download, part)
+
+    def _download(self, part: int) -> None:
+        """Into the cache (if it is not there), and let go."""
+        for file in self.remote.hold(self.remote.part_files[part]):
+            file.release()
+
+    def _local_reader(self, part: int, held: list):
+        remote = self.remote
+        if remote.manifest is None:
+            return tarindex.Reader([str(held[0].path)])
+        return remote.module.reader(held[0].path.parent, remote.one_part(part)[0])
+
+    def close(self) -> None:
+        if self._shared is not None:
+            held, reader = self._shared
+            reader.close()
+            for file in held:
+                file.release()
+            self._shared = None
+        for future in self._coming.values():
+            if not future.cancel():
+                try:
+                    future.result()
+                except Exception:  # a failed download ahead that was never needed
+                    pass
+        self._coming = {}
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

@@ -1,0 +1,157 @@
+"""Packing into object storage: `packer pack SOURCE -o s3://bucket/prefix`.
+
+The pack is written as a local one, into a staging folder in the cache
+
+    CACHE_DIR/packing/<digest of the URL>/NAME.partial    while packing (resumable)
+    CACHE_DIR/packing/<digest of the URL>/NAME            complete, until uploaded
+
+and each part that is a file of its own (a tar shard, a TFRecord file and its index) is
+uploaded as soon as it is closed, by a background thread (at most UPLOADS_WAITING
+waiting). When the pack is complete, the files not yet in the store are uploaded and
+the manifest last: a dataset whose manifest is in the store is complete, and readers
+refuse a prefix without one. A dataset that is one file (HDF5) is one object at the
+URL, which the store shows only once its upload is complete. Large files go up as
+multipart uploads (boto3's transfer manager). An interrupted run leaves the staging
+folder and what it uploaded; `--resume` continues the local pack and uploads only
+what the store lacks or holds with another size or sha256. The bytes are those of a
+local pack with the same options.
+"""
+
+import hashlib
+import shutil
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from packer.errors import UsageProblem
+from packer.formats import format_module
+from packer.manifest import MANIFEST_NAME, PARTIAL_SUFFIX, is_packed, partial_path
+from packer.storage import client
+from packer.storage.cache import default_dir
+from packer.storage.client import StorageError, file_sha256
+from packer.storage.url import S3Url, parse
+
+UNFINISHED = MANIFEST_NAME + PARTIAL_SUFFIX  # beside the parts until the manifest is there
+
+UPLOADS_WAITING = 2
+STAGING = "packing"
+
+
+def pack_to_s3(path, url: str, options) -> dict:
+    """Pack `path` into the dataset at `url`; returns the manifest."""
+    from packer.packing.pipeline import pack
+
+    began = time.perf_counter()
+    target = parse(url)
+    client.check_bucket(target)
+    staged = default_dir() / STAGING / hashlib.sha256(str(target).encode()).hexdigest()[:16] \
+        / target.name
+    old = _check_target(target, staged, options)
+    if old and options.overwrite and not options.resume:
+        client.delete(target, [MANIFEST_NAME])  # from now on it no longer looks complete
+    uploader = Uploader(target, options.to)
+    if is_packed(staged) and options.resume:  # packed earlier; its upload was cut short
+        from packer.manifest import load_manifest
+
+        manifest = load_manifest(staged)
+    else:
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        manifest = pack(path, staged, replace(options, overwrite=True),
+                        on_part=uploader.part_closed)
+    uploader.publish(staged, old)
+    shutil.rmtree(staged.parent, ignore_errors=True)
+    manifest["seconds"] = time.perf_counter() - began
+    return manifest
+
+
+def _check_target(target: S3Url, staged: Path, options) -> list[str]:
+    """What is at the URL now (names under the prefix, or the one object); refuses to
+    replace it or to continue another run unless told."""
+    listing = list(client.list_objects(target)) if target.key else []
+    one_object = target.key and client.head(target) is not None
+    if (MANIFEST_NAME in listing or one_object) and not (options.overwrite or options.resume):
+        raise UsageProblem(f"{target} already exists; pass --overwrite to replace it")
+    interrupted = partial_path(staged).exists() or UNFINISHED in listing
+    if interrupted and not (options.resume or options.overwrite):
+        raise UsageProblem(f"{target} is left from an interrupted pack (no {MANIFEST_NAME}; "
+                           f"the local part of it is in {partial_path(staged)}); pass "
+                           "--resume to continue it or --overwrite to start over")
+    return listing + ([target.name] if one_object else [])
+
+
+class Uploader:
+    """Uploads the parts of a pack as they close, then the rest, the manifest last."""
+
+    def __init__(self, target: S3Url, fmt: str):
+        self.target, self.module = target, format_module(fmt)
+        self.uploaded: set[str] = set()
+        self._waiting: deque[Future] = deque()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-upload")
+        self.failure: StorageError | None = None
+        self.marked = False
+
+    def part_closed(self, folder: Path, part: dict) -> None:
+        """Queue the part's files; a failed upload stops the uploads (the pack goes on,
+        and `publish` reports it: a resumed run uploads what is missing)."""
+        self._collect(UPLOADS_WAITING - 1)
+        if self.failure is not None:
+            return
+        for name in self.module.part_files(part):
+            self._mark_unfinished()
+            sha256 = part["sha256"] if name == part.get("name") and "sha256" in part else None
+            self._waiting.append(self._pool.submit(self._upload, folder / name, name, sha256))
+
+    def _mark_unfinished(self) -> None:
+        """An object beside the parts that says they are not yet a dataset (so that no
+        reader takes them for plain WebDataset shards), until the manifest is there."""
+        if not self.marked:
+            client.put_bytes(self.target.child(UNFINISHED), b"{}\n")
+            self.marked = True
+
+    def _upload(self, path: Path, name: str, sha256: str | None) -> None:
+        try:
+            client.upload(path, self.target.child(name), sha256 or file_sha256(path))
+        except FileNotFoundError:  # the last part, moved as the pack completed: done later
+            return
+        self.uploaded.add(name)
+
+    def _collect(self, keep: int) -> None:
+        while len(self._waiting) > keep:
+            try:
+                self._waiting.popleft().result()
+            except StorageError as err:
+                self.failure = self.failure or err
+
+    def publish(self, staged: Path, old: list[str]) -> None:
+        """Upload what the store lacks of the complete pack at `staged`, the manifest
+        last; then remove objects of an older dataset at the URL."""
+        self._collect(0)
+        self._pool.shutdown()
+        if self.failure is not None:
+            raise StorageError(f"{self.failure}. The pack is complete in {staged}; run the "
+                               "same command with --resume to upload the rest") from None
+        if staged.is_file():
+            client.upload(staged, self.target, file_sha256(staged))
+            return
+        names = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*")
+                       if p.is_file() and p.name != MANIFEST_NAME)
+        stored = client.list_objects(self.target)
+        self._mark_unfinished()
+        for name in names:
+            if name not in self.uploaded and not _same(staged / name, self.target.child(name),
+                                                      stored.get(name)):
+                client.upload(staged / name, self.target.child(name), file_sha256(staged / name))
+        client.upload(staged / MANIFEST_NAME, self.target.child(MANIFEST_NAME),
+                      file_sha256(staged / MANIFEST_NAME))
+        stale = [name for name in old if name not in names and name != MANIFEST_NAME]
+        client.delete(self.target, [*stale, UNFINISHED])
+
+
+def _same(path: Path, url: S3Url, stored: tuple[int, str] | None) -> bool:
+    """Whether the store holds this file already: its size, and the sha256 recorded."""
+    if stored is None or stored[0] != path.stat().st_size:
+        return False
+    found = client.head(url)
+    return found is not None and found[1] == file_sha256(path)

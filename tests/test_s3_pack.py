@@ -1,0 +1,191 @@
+"""Packing into object storage, every format round trip through a bucket, and the
+errors of object storage, on a real S3-compatible server (moto's, on 127.0.0.1)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import packer
+from conftest import image_bytes, run
+from packer.formats import FORMAT_NAMES
+from packer.storage.client import client
+from s3_server import free_port, point_at, start_server, stop_server
+
+MAX_COUNT = 6
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("s3-pack") / "images"
+    for i in range(40):
+        folder = root / f"c{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:03d}.jpg").write_bytes(image_bytes(i, size=(14 + i % 5, 10)))
+    return root
+
+
+def objects(bucket: str, prefix: str) -> dict[str, bytes]:
+    listed = client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"][len(prefix):].lstrip("/"): client().get_object(
+        Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def local_files(out: Path) -> dict[str, bytes]:
+    if out.is_file():
+        return {"": out.read_bytes()}
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def same_pack(stored: dict[str, bytes], local: dict[str, bytes], exact: bool = True) -> None:
+    """The same files, byte for byte, but for the manifest's time of packing (LMDB and
+    HDF5 files differ between any two packs: LMDB's free pages, HDF5's copy of the
+    manifest; their samples are compared instead)."""
+    assert sorted(stored) == sorted(local)
+    for name in local:
+        if name == "manifest.json":
+            ours, theirs = json.loads(stored[name]), json.loads(local[name])
+            for manifest in (ours, theirs):
+                manifest.pop("created"), manifest.pop("manifest_sha256")
+            assert ours == theirs
+        elif exact:
+            assert stored[name] == local[name], name
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_every_format_round_trips_through_a_bucket(s3, images, tmp_path, fmt):
+    local = tmp_path / "local"
+    run("pack", images, "--to", fmt, "-o", local, "--max-count", MAX_COUNT, "-q")
+    url = f"s3://{s3}/{fmt}"
+    result = run("pack", images, "--to", fmt, "-o", url, "--max-count", MAX_COUNT, "-q")
+    assert url in result.output
+    same_pack(objects(s3, fmt), local_files(local), exact=fmt in ("webdataset", "tfrecord"))
+    expected = {s["__key__"]: s for s in packer.iter_samples(local)}
+    assert {s["__key__"]: s for s in packer.iter_samples(url)} == expected
+    ds = packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache")
+    assert sorted(s["__key__"] for s in ds) == sorted(expected)
+    assert json.loads(run("inspect", url, "--json").output)["count"] == len(expected)
+    assert "OK: 40 samples" in run("verify", url).output
+
+
+def test_an_existing_dataset_is_replaced_only_with_overwrite(s3, images, tmp_path):
+    url = f"s3://{s3}/twice"
+    run("pack", images, "-o", url, "--max-count", 30, "-q")
+    again = run("pack", images, "-o", url, "-q", expect=2)
+    assert "already exists" in again.output and url in again.output
+    run("pack", images, "-o", url, "--max-count", 15, "--overwrite", "-q")
+    assert sorted(objects(s3, "twice")) == ["manifest.json", "shard-000000.tar",
+                                            "shard-000001.tar", "shard-000002.tar"]
+
+
+def test_no_local_folder_is_made_for_an_s3_output(s3, images, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run("pack", images, "-o", f"s3://{s3}/x", "-q")
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_killed_upload_never_looks_complete_and_resumes(s3, images, tmp_path):
+    url = f"s3://{s3}/killed"
+    local = tmp_path / "local"
+    run("pack", images, "-o", local, "--max-count", 2, "-q")
+    slow = ("import sys, time, packer.storage.client as c\n"
+            "upload = c.upload\n"
+            "def slow(*a, **k):\n    time.sleep(0.3)\n    upload(*a, **k)\n"
+            "c.upload = slow\n"
+            "from packer.cli import main\nsys.argv = ['packer', *sys.argv[1:]]\nmain()\n")
+    process = subprocess.Popen([sys.executable, "-c", slow, "pack", str(images), "-o", url,
+                                "--max-count", "2", "-q"], env=os.environ.copy())
+    try:
+        for _ in range(600):
+            if sum(name.endswith(".tar") for name in objects(s3, "killed")) >= 2:
+                break
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    stored = objects(s3, "killed")
+    assert "manifest.json" not in stored and any(name.endswith(".tar") for name in stored)
+    with pytest.raises(packer.errors.DatasetError, match="unfinished pack"):
+        packer.open_dataset(url, cache_dir=tmp_path / "cache")
+    refused = run("pack", images, "-o", url, "--max-count", 2, "-q", expect=2)
+    assert "--resume" in refused.output
+    run("pack", images, "-o", url, "--max-count", 2, "--resume", "-q")
+    same_pack(objects(s3, "killed"), local_files(local))
+
+
+def test_a_missing_bucket_is_one_clear_error(s3, images, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args in (["inspect", "s3://no-such-bucket/x"], ["verify", "s3://no-such-bucket/x"],
+                 ["pack", images, "-o", "s3://no-such-bucket/x", "-q"]):
+        result = run(*args, expect=1)
+        assert "s3://no-such-bucket/x" in result.output and "no such bucket" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_missing_dataset_names_its_url(s3):
+    result = run("inspect", f"s3://{s3}/nothing-here", expect=2)
+    assert f"s3://{s3}/nothing-here: no such dataset" in result.output
+
+
+def test_wrong_credentials_are_one_clear_error(tmp_path, monkeypatch, images):
+    server, endpoint = start_server(INITIAL_NO_AUTH_ACTION_COUNT="0")  # checks every key
+    try:
+        point_at(monkeypatch, endpoint, tmp_path)
+        for args in (["inspect", "s3://bucket/x"], ["pack", images, "-o", "s3://bucket/x"]):
+            result = run(*args, expect=1)
+            assert "s3://bucket/x" in result.output and "refused the credentials" in \
+                result.output
+    finally:
+        stop_server(server)
+
+
+def test_an_unreachable_endpoint_is_one_clear_error(tmp_path, monkeypatch):
+    point_at(monkeypatch, f"http://127.0.0.1:{free_port()}", tmp_path)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    result = run("inspect", "s3://bucket/x", expect=1)
+    assert "s3://bucket/x" in result.output and "cannot reach the object store" in result.output
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs (where this system lets the tests mount one)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    (mount / "filler").write_bytes(b"\0" * (1000 << 10))  # 24 KiB left
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_cache_on_a_full_disk_is_one_clear_error(s3, images, tmp_path, full_disk):
+    url = f"s3://{s3}/big"
+    run("pack", images, "-o", url, "-q")
+    with pytest.raises(packer.errors.PackerError, match="its disk is full") as failure:
+        ds = packer.open_dataset(url, decode="raw", cache_dir=full_disk / "cache",
+                                 cache_limit="10MB")
+        list(ds)
+    assert str(full_disk / "cache") in str(failure.value)
+    assert not [p for p in (full_disk / "cache").rglob("*") if p.is_file() and p.name != "lock"]
+
+
+def test_a_damaged_part_in_the_bucket_is_never_cached(s3, images, tmp_path):
+    url = f"s3://{s3}/damaged"
+    run("pack", images, "-o", url, "--max-count", MAX_COUNT, "-q")
+    key = "damaged/shard-000001.tar"
+    data = bytearray(client().get_object(Bucket=s3, Key=key)["Body"].read())
+    data[600] ^= 1
+    client().put_object(Bucket=s3, Key=key, Body=bytes(data))
+    result = run("verify", url, expect=1)
+    assert f"{url}/shard-000001.tar" in result.output and "sha256" in result.output
+    with pytest.raises(packer.errors.DatasetError, match="shard-000001.tar"):
+        list(packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache"))
+    assert not list((tmp_path / "cache").rglob("shard-000001.tar*"))

@@ -1,0 +1,245 @@
+"""Datasets in object storage read through the bounded local cache, on a real
+S3-compatible server (moto's, on 127.0.0.1)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import packer
+from conftest import image_bytes, run
+from packer.storage.cache import TEMP_MARK, PartCache
+from s3_server import point_at, start_server, stop_server, upload_folder
+
+SHARDS = 8
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("s3-images") / "images"
+    for i in range(SHARDS * 10):
+        folder = root / f"c{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:03d}.jpg").write_bytes(image_bytes(i, size=(16 + i % 7, 12)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_wds(images) -> Path:
+    out = images.parent / "wds"
+    run("pack", images, "-o", out, "--max-count", "10", "-q")
+    return out
+
+
+@pytest.fixture
+def remote_wds(s3, local_wds) -> str:
+    upload_folder(local_wds, s3, "wds")
+    return f"s3://{s3}/wds"
+
+
+def samples_of(dataset) -> dict[str, bytes]:
+    return {s["__key__"]: s["jpg"] for s in dataset}
+
+
+def test_open_dataset_from_s3_reads_what_was_packed(remote_wds, local_wds, tmp_path):
+    ds = packer.open_dataset(remote_wds, decode="raw", cache_dir=tmp_path / "cache")
+    local = packer.open_dataset(local_wds, decode="raw")
+    assert len(ds) == len(local) == SHARDS * 10
+    assert ds.classes == local.classes
+    assert samples_of(ds) == samples_of(local)
+    # the cache holds every part once, whole
+    cached = sorted(p.name for p in (tmp_path / "cache").rglob("*.tar"))
+    assert cached == sorted(p.name for p in local_wds.glob("*.tar"))
+
+
+def test_cache_stays_under_its_limit_with_every_sample_once(remote_wds, local_wds, tmp_path):
+    shard_bytes = [p.stat().st_size for p in sorted(local_wds.glob("*.tar"))]
+    limit = sum(shard_bytes) // 4 + max(shard_bytes)  # about a quarter of the dataset
+    cache = tmp_path / "cache"
+    ds = packer.open_dataset(remote_wds, decode="raw", shuffle=True, cache_dir=cache,
+                             cache_limit=limit)
+    assert not ds.source.seekable  # parts read whole, in shuffled order: one download each
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], PartCache(cache, limit).usage())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            keys = [k for batch in packer.DataLoader(ds, batch_size=7, num_workers=2)
+                    for k in batch["__key__"]]
+            assert sorted(keys) == sorted(samples_of(packer.open_dataset(local_wds,
+                                                                         decode="raw")))
+    finally:
+        done.set()
+        watcher.join()
+    assert 0 < peak[0] <= limit
+    assert PartCache(cache, limit).usage() <= limit
+    assert not list(cache.rglob(f"*{TEMP_MARK}*"))
+
+
+def test_second_epoch_reads_from_the_cache_without_the_network(local_wds, tmp_path,
+                                                                 monkeypatch):
+    server, endpoint = start_server()
+    try:
+        point_at(monkeypatch, endpoint, tmp_path)
+        from packer.storage.client import client
+
+        client().create_bucket(Bucket="private")
+        upload_folder(local_wds, "private", "wds")
+        ds = packer.open_dataset("s3://private/wds", decode="raw", shuffle=True,
+                                 cache_dir=tmp_path / "cache")
+        first = [k for b in packer.DataLoader(ds, batch_size=5, num_workers=2)
+                 for k in b["__key__"]]
+    finally:
+        stop_server(server)
+    ds.set_epoch(1)
+    second = [k for b in packer.DataLoader(ds, batch_size=5, num_workers=2)
+              for k in b["__key__"]]
+    assert sorted(first) == sorted(second) and len(second) == SHARDS * 10
+    assert first != second  # another epoch, another order
+
+
+def test_a_killed_download_is_never_used(remote_wds, local_wds, tmp_path):
+    """A process killed (SIGKILL) halfway through downloading a part leaves its
+    temporary file; readers never take it, and the next one that makes room removes it."""
+    cache = tmp_path / "cache"
+    ds = packer.open_dataset(remote_wds, decode="raw", cache_dir=cache)
+    remote = ds.source
+    first = remote.part_files[0][0]
+    script = f"""
+import os, signal
+from packer.storage.cache import PartCache
+def half(file):
+    file.write(b"x" * ({first.size} // 2)); file.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+PartCache({str(cache)!r}).acquire({remote.dataset!r}, {first.name!r}, {first.size},
+                                  None, half, "test")
+"""
+    killed = subprocess.run([sys.executable, "-c", script])
+    assert killed.returncode == -signal.SIGKILL
+    folder = remote.cache.folder(remote.dataset)
+    assert [p.name for p in folder.iterdir()] and not (folder / first.name).exists()
+    assert samples_of(ds) == samples_of(packer.open_dataset(local_wds, decode="raw"))
+    assert not list(cache.rglob(f"*{TEMP_MARK}*"))
+    assert (folder / first.name).read_bytes() == (local_wds / first.name).read_bytes()
+
+
+TIGHT_SCRIPT = """
+import sys, packer
+url, cache, limit = sys.argv[1:]
+ds = packer.open_dataset(url, decode="raw", shuffle=True, cache_dir=cache, cache_limit=int(limit))
+loader = packer.DataLoader(ds, batch_size=3, num_workers=2, multiprocessing_context="spawn")
+print(sorted(k for b in loader for k in b["__key__"]))
+"""
+
+
+def test_a_cache_of_one_part_and_a_half_serves_two_spawned_workers(remote_wds, local_wds,
+                                                                    tmp_path):
+    """Each worker waits its turn in the DataLoader's round-robin holding no part, so a
+    cache too small for both workers' parts at once still gives every sample."""
+    limit = max(p.stat().st_size for p in local_wds.glob("*.tar")) * 3 // 2
+    done = subprocess.run([sys.executable, "-c", TIGHT_SCRIPT, remote_wds,
+                           str(tmp_path / "cache"), str(limit)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(sorted(samples_of(packer.open_dataset(local_wds,
+                                                                            decode="raw"))))
+    assert PartCache(tmp_path / "cache", limit).usage() <= limit
+
+
+RANK_SCRIPT = """
+import json, sys, packer
+url, cache, limit, rank, out = sys.argv[1:]
+ds = packer.open_dataset(url, decode="raw", shuffle=True, seed=5, rank=int(rank),
+                         world_size=2, cache_dir=cache, cache_limit=int(limit))
+keys = [k for b in packer.DataLoader(ds, batch_size=4, num_workers=2) for k in b["__key__"]]
+open(out, "w").write(json.dumps(keys))
+"""
+
+
+def test_two_ranks_share_one_cache_and_read_every_sample_once(remote_wds, local_wds,
+                                                               tmp_path):
+    cache = tmp_path / "cache"
+    limit = sum(p.stat().st_size for p in local_wds.glob("*.tar")) // 2
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, remote_wds, str(cache),
+                               str(limit), str(rank), str(tmp_path / f"rank{rank}.json")],
+                              env=os.environ.copy()) for rank in range(2)]
+    assert [rank.wait(120) for rank in ranks] == [0, 0]
+    keys = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert len(keys[0]) == len(keys[1]) == SHARDS * 10 // 2
+    assert sorted(keys[0] + keys[1]) == sorted(samples_of(packer.open_dataset(local_wds,
+                                                                              decode="raw")))
+    assert PartCache(cache, limit).usage() <= limit
+    assert not list(cache.rglob(f"*{TEMP_MARK}*"))
+
+
+def test_plain_webdataset_shards_in_a_bucket(s3, local_wds, tmp_path):
+    for shard in sorted(local_wds.glob("*.tar")):
+        upload_folder_file = f"plain/{shard.name}"
+        from packer.storage.client import client
+
+        client().upload_file(str(shard), s3, upload_folder_file)
+    ds = packer.open_dataset(f"s3://{s3}/plain", decode="raw", cache_dir=tmp_path / "c")
+    assert ds.classes is None
+    assert samples_of(ds) == samples_of(packer.open_dataset(local_wds, decode="raw"))
+    one = packer.open_dataset(f"s3://{s3}/plain/shard-{{000000..000001}}.tar", decode="raw",
+                              cache_dir=tmp_path / "c")
+    assert len(one) == 20
+
+
+def test_a_part_in_use_is_never_evicted(tmp_path):
+    """The least recently used part that no one holds goes first; a held one stays."""
+    cache = PartCache(tmp_path / "cache", 300)
+
+    def fetch(byte, size):
+        def write(file):
+            file.write(byte * size)
+            import hashlib
+
+            return size, hashlib.sha256(byte * size).hexdigest()
+        return write
+
+    a = cache.acquire("d", "a", 100, None, fetch(b"a", 100), "a")
+    b = cache.acquire("d", "b", 100, None, fetch(b"b", 100), "b")
+    a.release()
+    c = cache.acquire("d", "c", 150, None, fetch(b"c", 150), "c")
+    names = sorted(p.name for p in cache.folder("d").iterdir())
+    assert names == ["b", "c"] and cache.usage() <= 300
+    b.release()
+    c.release()
+    with pytest.raises(packer.errors.DatasetError, match="sha256"):
+        cache.acquire("d", "e", 10, "0" * 64, fetch(b"e", 10), "s3://x/e")
+    assert not (cache.folder("d") / "e").exists()
+
+
+def test_bench_and_train_take_an_s3_url(s3, tmp_path):
+    from conftest import colour_images
+    from train.cli import cli as train_cli
+
+    colour_images(tmp_path / "colours", [(220, 40, 40), (40, 40, 220)], per_class=24,
+                  spread=30)
+    url = f"s3://{s3}/colours"
+    run("pack", tmp_path / "colours", "-o", url, "--max-count", "16", "-q")
+    bench = run("bench", url, "--workers", "0", "--repeat", "1", "--no-decode",
+                "--json", tmp_path / "bench.json")
+    assert url in bench.output
+    assert json.loads((tmp_path / "bench.json").read_text())["results"][0]["samples"] == 48
+    from click.testing import CliRunner
+
+    fitted = CliRunner().invoke(train_cli, ["fit", url, "--out", str(tmp_path / "run"),
+                                            "--epochs", "2", "--image-size", "16",
+                                            "--batch-size", "8", "--workers", "0",
+                                            "--lr", "3e-3"], catch_exceptions=False)
+    assert fitted.exit_code == 0, fitted.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["best"]["val"]["accuracy"] is not None
