@@ -136,30 +136,49 @@ def _expected_share(data, rank: int, epoch: int) -> dict:
             "keys": set(keys)}
 
 
-def test_two_nodes_read_each_rank_share_once_per_epoch(colours, tmp_path):
-    """`torchrun --nnodes 2`, one process per node, as on two machines (on loopback)."""
+def run_two_nodes(data, tmp_path, node_env=lambda node: {}) -> list[dict]:
+    """`torchrun --nnodes 2`, one process per node, as on two machines (on loopback):
+    the epochs' records of metrics.jsonl, once both nodes have finished."""
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
          "--node-rank", str(node), "--rdzv-endpoint", endpoint, "-m", "train", "fit",
-         str(colours / "wds"), "--out", str(tmp_path / f"node{node}"), "--epochs", "2",
+         str(data), "--out", str(tmp_path / f"node{node}"), "--epochs", "2",
          "--cache", "off", "--val-split", "0.25", *COMMON],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"}) for node in (0, 1)]
+        env={**os.environ, "OMP_NUM_THREADS": "1", **node_env(node)}) for node in (0, 1)]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert "best epoch" in outputs[0]  # rank 0 reports and writes; rank 1 writes nothing
     assert not (tmp_path / "node1").exists()
-    lines = [json.loads(line) for line in
-             (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
-    total = packer.open_dataset(colours / "wds", holdout=(0.25, "train")).total
+    return [json.loads(line) for line in
+            (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_each_rank_read_its_share(lines: list[dict], data) -> None:
+    total = packer.open_dataset(data, holdout=(0.25, "train")).total
     for epoch, record in enumerate(lines):
-        expected = [_expected_share(colours / "wds", rank, epoch) for rank in (0, 1)]
+        expected = [_expected_share(data, rank, epoch) for rank in (0, 1)]
         assert record["train"]["ranks"] == [{k: e[k] for k in ("samples", "keys_crc32_sum")}
                                             for e in expected]
         assert not expected[0]["keys"] & expected[1]["keys"]  # each sample once, on one rank
         assert len(expected[0]["keys"] | expected[1]["keys"]) == total
     assert len(lines) == 2
+
+
+def test_two_nodes_read_each_rank_share_once_per_epoch(colours, tmp_path):
+    assert_each_rank_read_its_share(run_two_nodes(colours / "wds", tmp_path), colours / "wds")
+
+
+def test_two_nodes_read_from_object_storage_through_each_node_cache(colours, s3, tmp_path):
+    url = f"s3://{s3}/wds"
+    packer_run("pack", colours / "images", "-o", url, "--max-count", "30", "-q")
+    caches = [tmp_path / f"cache-node{node}" for node in (0, 1)]
+    lines = run_two_nodes(url, tmp_path, lambda node: {"XDG_CACHE_HOME": str(caches[node])})
+    assert_each_rank_read_its_share(lines, url)
+    for cache in caches:  # each node downloaded into its own cache, only whole parts
+        parts = [p for p in cache.rglob("shard-*.tar") if p.is_file()]
+        assert parts and not [p for p in cache.rglob("*") if ".part-" in p.name]
 
 
 def test_overfit_check_and_lr_find(colours, tmp_path):
