@@ -95,7 +95,13 @@ def cluster():
         _wait_for(lambda: _alive_nodes(address) >= 1, temp / "head.log")
         nodes.append(_ray_start(f"--address={address}", log=temp / "node.log"))
         _wait_for(lambda: _alive_nodes(address) == 2, temp / "node.log")
-        yield address
+        # One session for the module's packs, which use a connection this process
+        # holds: one session per pack would start and stop many in this process
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            yield address
+        finally:
+            ray.shutdown()
     finally:
         for node in reversed(nodes):
             _stop(node)
