@@ -2,6 +2,8 @@
 
 import io
 import json
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +66,17 @@ def source_files(root: Path) -> dict[str, bytes]:
     """Every non-hidden file under root, by relative path."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and not any(part.startswith(".") for part in p.parts)}
+
+
+@contextmanager
+def tmpfs(folder: Path, options: str):
+    """A tmpfs mounted at `folder` with `options` ("size=6m", "ro,size=1m"): root can
+    mount one; elsewhere the test is skipped."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip(f"cannot mount a tmpfs ({options}) here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

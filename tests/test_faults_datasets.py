@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packer
-from conftest import image_bytes, run
+from conftest import image_bytes, run, tmpfs
 from packer.cli import cli
 from packer.errors import DatasetError
 from packer.formats import FORMAT_NAMES
@@ -179,13 +179,8 @@ def test_a_deleted_part_file_is_named_by_every_command(packed, fmt, tmp_path):
 @pytest.fixture
 def read_only_folder(tmp_path):
     """A read-only file system (root can mount one; elsewhere the test is skipped)."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
+        yield mount
 
 
 def test_an_output_on_a_read_only_file_system_is_one_message(packed, read_only_folder):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import packer
-from conftest import image_bytes, run
+from conftest import image_bytes, run, tmpfs
 from packer.errors import PackerError
 from packer.formats.base import Chunk
 from packer.formats.protocol import swap_in
@@ -155,14 +155,8 @@ def test_unpack_into_the_dataset_itself_is_refused(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 6 MB tmpfs (root can mount one; elsewhere the test is skipped)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
-                          capture_output=True)
-    if done.returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs(tmp_path / "disk", "size=6m") as mount:
+        yield mount
 
 
 # "write-fails": no room check, as when the disk fills between the check and the write

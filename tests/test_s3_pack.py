@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import packer
-from conftest import image_bytes, run
+from conftest import image_bytes, run, tmpfs
 from packer.formats import FORMAT_NAMES
 from packer.storage.client import client
 from s3_server import free_port, point_at, start_server, stop_server
@@ -155,15 +155,9 @@ def test_an_unreachable_endpoint_is_one_clear_error(tmp_path, monkeypatch):
 @pytest.fixture
 def full_disk(tmp_path):
     """A 1 MiB tmpfs (where this system lets the tests mount one)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True)
-    if made.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    (mount / "filler").write_bytes(b"\0" * (1000 << 10))  # 24 KiB left
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with tmpfs(tmp_path / "small", "size=1m") as mount:
+        (mount / "filler").write_bytes(b"\0" * (1000 << 10))  # 24 KiB left
+        yield mount
 
 
 def test_a_cache_on_a_full_disk_is_one_clear_error(s3, images, tmp_path, full_disk):
