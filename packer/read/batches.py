@@ -13,6 +13,8 @@ memory by a file descriptor, at a socket connection per tensor, which costs more
 copying a small one.
 """
 
+import gc
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -157,3 +159,15 @@ def widen_result_pipe(iterator) -> None:
         fcntl.fcntl(queue._reader.fileno(), _F_SETPIPE_SZ, 1 << 20)
     except (ImportError, AttributeError, OSError, ValueError):
         pass
+
+
+_FROZEN_IN: set[int] = set()
+
+
+def freeze_inherited_objects() -> None:
+    """In a forked worker, keep the garbage collector off the objects inherited from
+    the parent: walking them writes to their pages, which copies every page the
+    parent shares (a third of a worker's time on raw reads)."""
+    if os.getpid() not in _FROZEN_IN:
+        _FROZEN_IN.add(os.getpid())
+        gc.freeze()

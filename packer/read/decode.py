@@ -187,3 +187,15 @@ class Decoder:
 def is_image_field(name: str) -> bool:
     """Whether a field holds an image: encoded (by its extension) or stored pixels."""
     return name == RAW_IMAGE_FIELD or _field_kind(name) in IMAGE_FIELDS
+
+
+def image_field(source) -> str | None:
+    """The key images come under: the dataset's image field; or "image" when samples
+    of one image each use several (jpg and png, or jpg and JPG), so that every sample
+    has the same keys; None when samples hold several images (image + mask pairs)."""
+    counts, samples = source.field_counts()
+    names = [name for name in counts if is_image_field(name)]
+    if len(names) == 1:
+        return names[0]
+    one_each = sum(counts[name] for name in names) <= samples
+    return "image" if names and one_each else None

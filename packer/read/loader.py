@@ -14,8 +14,6 @@ works as well as `fork`.
 """
 
 import copy
-import gc
-import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -31,12 +29,13 @@ from packer.read.batches import (
     collate_samples,
     collate_with_pixels,
     consumed_per_worker,
+    freeze_inherited_objects,
     landed,
     shipped,
     widen_result_pipe,
 )
 from packer.read.dataset import PackedParts, open_parts
-from packer.read.decode import Decoder, is_image_field
+from packer.read.decode import Decoder, image_field
 from packer.sample import KEY, RAW_IMAGE_FIELD
 from packer.text import without_addresses
 
@@ -128,7 +127,7 @@ class PackedDataset(IterableDataset):
         if info is None:
             samples = self._counted(self.iter_worker(0, 1, arrays, holes))
         else:
-            _freeze_inherited_objects()
+            freeze_inherited_objects()
             samples = self.iter_worker(info.id, info.num_workers, arrays, holes)
         if batching is None:
             return samples
@@ -297,30 +296,6 @@ class PackedDataset(IterableDataset):
 def _workers_text(count: int) -> str:
     """0 and 1 workers read alike (one reader: the main process, or one worker)."""
     return "0 or 1" if count <= 1 else str(count)
-
-
-def image_field(source: PackedParts) -> str | None:
-    """The key images come under: the dataset's image field; or "image" when samples
-    of one image each use several (jpg and png, or jpg and JPG), so that every sample
-    has the same keys; None when samples hold several images (image + mask pairs)."""
-    counts, samples = source.field_counts()
-    names = [name for name in counts if is_image_field(name)]
-    if len(names) == 1:
-        return names[0]
-    one_each = sum(counts[name] for name in names) <= samples
-    return "image" if names and one_each else None
-
-
-_FROZEN_IN: set[int] = set()
-
-
-def _freeze_inherited_objects() -> None:
-    """In a forked worker, keep the garbage collector off the objects inherited from
-    the parent: walking them writes to their pages, which copies every page the
-    parent shares (a third of a worker's time on raw reads)."""
-    if os.getpid() not in _FROZEN_IN:
-        _FROZEN_IN.add(os.getpid())
-        gc.freeze()
 
 
 _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
