@@ -21,7 +21,7 @@ _LAZY_NAMES = {
     "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
     "pack": "packer.packing.pipeline", "unpack": "packer.read.unpack",
     "verify": "packer.read.verify",
-    "DataLoader": "packer.read.loader", "PackedDataset": "packer.read.loader",
+    "DataLoader": "packer.read.dataloader", "PackedDataset": "packer.read.loader",
     "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
     "RAW_IMAGE_FIELD": "packer.sample",

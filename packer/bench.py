@@ -26,8 +26,9 @@ import torch
 from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.manifest import is_packed, load_manifest
+from packer.read.dataloader import DataLoader
 from packer.read.decode import rgb8_tensor
-from packer.read.loader import DataLoader, open_dataset
+from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
 from packer.sources.files.scan import read_file
 from packer.storage.url import is_s3

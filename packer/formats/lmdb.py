@@ -32,6 +32,7 @@ from packer.formats.protocol import (
     sample_problems,
     shared_files,
 )
+from packer.formats.readahead import mapped_range
 from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
 NAME = "lmdb"
@@ -128,25 +129,39 @@ class Reader(ProcessReader):
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
-        try:
-            with self.handle().begin(buffers=False) as txn:
+        try:  # values seen in the map (buffers), decoded before the transaction ends
+            with self.handle().begin(buffers=True) as txn:
                 cursor = txn.cursor()
                 if not cursor.set_key(sample_key(first)):
                     raise DatasetError(f"{self.folder}: sample {first} is missing from the "
                                        "LMDB")
                 values = [value for _, value in zip(range(count),
                                                     cursor.iternext(keys=False), strict=False)]
+                if len(values) < count:
+                    raise DatasetError(f"{self.folder}: samples {first + len(values)} and on "
+                                       "are missing from the LMDB")
+                try:
+                    return [decode_value(v) for v in values]
+                except _DECODE_ERRORS:
+                    return [self._decoded(first + i, v) for i, v in enumerate(values)]
         except lmdb.Error as err:
             raise DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
                                f"{first + count - 1:,} are ({err}); restore it from a copy or "
                                "pack the source again") from None
-        if len(values) < count:
-            raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
-                               "missing from the LMDB")
+
+    def prefetch(self, runs) -> None:
+        """Ask the kernel to read ahead the pages the values of `runs` lie on (found
+        through the index pages only; packer.formats.readahead)."""
         try:
-            return [decode_value(v) for v in values]
-        except _DECODE_ERRORS:
-            return [self._decoded(first + i, v) for i, v in enumerate(values)]
+            with self.handle().begin(buffers=True) as txn:
+                for run in runs:
+                    first = self.firsts[run.part] + run.start
+                    low = txn.get(sample_key(first))
+                    high = txn.get(sample_key(first + run.count - 1))
+                    if low is not None and high is not None:
+                        mapped_range(low, high)
+        except lmdb.Error:  # the read that follows names the damage
+            pass
 
     def _decoded(self, index: int, value: bytes) -> dict:
         """One value decoded, or a DatasetError naming its key (after a failed run)."""

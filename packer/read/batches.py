@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from packer.read.ring import LANDING, worker_slots
 from packer.sample import KEY
 
 
@@ -50,40 +51,51 @@ SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pi
 
 
 class Shipped(NamedTuple):
-    """A batch on its way from a worker, its small tensors as numpy arrays (`arrays`)."""
+    """A batch on its way from a worker, its small tensors as numpy arrays (`arrays`),
+    its tensors in the worker's slots as SlotRefs (`slotted`)."""
 
     batch: dict
     arrays: tuple[str, ...]
+    slotted: tuple[str, ...] = ()
 
 
 def shipped(batch):
     """In a DataLoader worker: the batch ready to cross (elsewhere: as it is)."""
     if get_worker_info() is None or not isinstance(batch, dict):
         return batch
-    arrays = tuple(n for n, v in batch.items() if isinstance(v, torch.Tensor)
-                   and v.device.type == "cpu" and not v.requires_grad
-                   and v.is_contiguous() and v.nbytes <= SMALL_TENSOR)
-    return Shipped({n: v.numpy() if n in arrays else v for n, v in batch.items()}, arrays)
+    tensors = {n: v for n, v in batch.items() if isinstance(v, torch.Tensor)
+               and v.device.type == "cpu" and not v.requires_grad}
+    arrays = tuple(n for n, v in tensors.items() if v.is_contiguous()
+                   and v.nbytes <= SMALL_TENSOR)
+    out = {n: v.numpy() if n in arrays else v for n, v in batch.items()}
+    slots = worker_slots()
+    refs = {n: slots.ref(v) for n, v in tensors.items() if n not in arrays}
+    out.update((n, ref) for n, ref in refs.items() if ref is not None)
+    return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None))
 
 
 def landed(batch, pin: bool = False):
-    """A shipped batch as tensors again (sharing the arrays' memory), pinned if asked
-    (torch's pinning thread passes over numpy arrays)."""
+    """A shipped batch as tensors again (sharing the arrays' and slots' memory), pinned
+    if asked (torch's pinning thread passes over numpy arrays and slots)."""
+    LANDING.release()
     if not isinstance(batch, Shipped):
         return batch
     out = batch.batch
     for name in batch.arrays:
         tensor = torch.from_numpy(out[name])
         out[name] = tensor.pin_memory() if pin else tensor
+    for name in batch.slotted:
+        tensor = LANDING.tensor(out[name])
+        out[name] = tensor.pin_memory() if pin else tensor
     return out
 
 
-def _buffer(shape: tuple[int, ...]) -> torch.Tensor:
-    """A uint8 tensor for a batch: in shared memory inside a DataLoader worker."""
+def batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    """A uint8 tensor for a batch: in one of the worker's shared slots inside a
+    DataLoader worker (packer.read.ring)."""
     if get_worker_info() is None:
         return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    return worker_slots().tensor(shape)
 
 
 def pixel_batch(values: list, field: str, keys: list[str]) -> torch.Tensor:
@@ -95,7 +107,7 @@ def pixel_batch(values: list, field: str, keys: list[str]) -> torch.Tensor:
         raise ValueError(f"the {field} images of a batch differ in size: {keys[0]!r} is "
                          f"{shape[1]}x{shape[0]}, {keys[odd]!r} {values[odd].shape[1]}x"
                          f"{values[odd].shape[0]}; pass image_size= to resize them")
-    out = _buffer((len(values), *shape))
+    out = batch_buffer((len(values), *shape))
     rows = out.numpy()
     for row, value in zip(rows, values, strict=True):
         row[...] = value if isinstance(value, np.ndarray) else value.numpy()

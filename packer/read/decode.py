@@ -117,7 +117,7 @@ def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None) -> torch.
     return F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True)[0]
 
 
-def _field_kind(name: str) -> str:
+def field_kind(name: str) -> str:
     return name.rsplit(".", 1)[-1].lower()
 
 
@@ -143,7 +143,7 @@ class Decoder:
             return value if self.mode == "raw" else self.pixels(value)
         if isinstance(value, np.ndarray):
             return torch.from_numpy(value)
-        kind = _field_kind(name)
+        kind = field_kind(name)
         if kind in IMAGE_FIELDS:
             if self.mode == "raw":
                 return value
@@ -186,7 +186,7 @@ class Decoder:
 
 def is_image_field(name: str) -> bool:
     """Whether a field holds an image: encoded (by its extension) or stored pixels."""
-    return name == RAW_IMAGE_FIELD or _field_kind(name) in IMAGE_FIELDS
+    return name == RAW_IMAGE_FIELD or field_kind(name) in IMAGE_FIELDS
 
 
 def image_field(source) -> str | None:

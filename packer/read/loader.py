@@ -23,16 +23,14 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.errors import DatasetError
-from packer.read import plan
+from packer.read import lean, plan
 from packer.read.batches import (
     batches,
     collate_samples,
     collate_with_pixels,
     consumed_per_worker,
     freeze_inherited_objects,
-    landed,
     shipped,
-    widen_result_pipe,
 )
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, image_field
@@ -124,16 +122,41 @@ class PackedDataset(IterableDataset):
         info, batching = get_worker_info(), self._batching
         arrays = bool(batching) and self._pixels_as_arrays()
         holes = bool(batching) and self.on_error == "skip"  # see batches()
-        if info is None:
-            samples = self._counted(self.iter_worker(0, 1, arrays, holes))
-        else:
+        planned = self._lean_plan(arrays) if batching else None
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is not None:
             freeze_inherited_objects()
-            samples = self.iter_worker(info.id, info.num_workers, arrays, holes)
+        samples = (self._decoded(worker, workers, None) if planned
+                   else self.iter_worker(worker, workers, arrays, holes))
+        if info is None:
+            samples = self._counted(samples)
         if batching is None:
             return samples
         collate = (partial(collate_with_pixels, field=RAW_IMAGE_FIELD, collate=collate_samples)
                    if arrays else collate_samples)
+        if planned:
+            decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
+                              collate=collate)
+            collate = partial(lean.batch, lean=planned, decoded=decoded)
         return map(shipped, batches(samples, *batching, collate))
+
+    def _lean_plan(self, arrays: bool) -> dict | None:
+        """How batches are made from the samples as read, where decoding would change
+        nothing (packer.read.lean); None where it would."""
+        decoder = self.decoder
+        if self.transform is not None or decoder.decoders or decoder.image_key:
+            return None
+        return lean.plan(*self.source.field_counts(), decoder.mode, decoder.size, arrays)
+
+    def _decoded_batch(self, samples: list[dict], decoder: Decoder, collate):
+        """A batch the lean plan does not fit, decoded sample by sample (on_error as
+        usual; with "warn", failures are replaced within the batch)."""
+        decoded = [self._decode(sample, decoder) for sample in samples]
+        good = [sample for sample in decoded if sample is not None]
+        if self.on_error == "warn" and len(good) < len(decoded):
+            stand_in = good[0] if good else self._stand_in(decoder)
+            good = [stand_in if sample is None else sample for sample in decoded]
+        return collate(good) if good else None
 
     def _counted(self, samples):
         self._emitted = 0  # positions passed, skipped samples too (they are None here)
@@ -152,10 +175,7 @@ class PackedDataset(IterableDataset):
         """The samples `worker` of `num_workers` yields this epoch, decoded (stored
         pixels as (H, W, 3) arrays with `arrays`; a None in place of each sample skipped
         with on_error="skip" if `holes`)."""
-        decoder = self.decoder
-        if arrays:
-            decoder = copy.copy(decoder)
-            decoder.arrays = True
+        decoder = self._worker_decoder(arrays)
         last_good, owed = None, 0  # owed: failures to replace with the next good sample
         for sample in self._decoded(worker, num_workers, decoder):
             if sample is None and self.on_error == "warn" and last_good is not None:
@@ -173,6 +193,13 @@ class PackedDataset(IterableDataset):
             stand_in = self._stand_in(decoder)
             for _ in range(owed):
                 yield stand_in
+
+    def _worker_decoder(self, arrays: bool) -> Decoder:
+        if not arrays:
+            return self.decoder
+        decoder = copy.copy(self.decoder)
+        decoder.arrays = True
+        return decoder
 
     def _stand_in(self, decoder: Decoder) -> dict:
         """The dataset's first sample that decodes, to stand in for the failures of a
@@ -193,32 +220,29 @@ class PackedDataset(IterableDataset):
                            "this worker, and none of the dataset's could stand in for them); "
                            "`packer verify` and the warnings above tell why")
 
-    def _decoded(self, worker: int, num_workers: int, decoder: Decoder):
-        """The worker's samples in their order, each decoded or None where it failed:
-        read in windows of contiguous runs, decoded in `threads` threads if asked."""
+    def _decoded(self, worker: int, num_workers: int, decoder: Decoder | None):
+        """The worker's samples in their order, each decoded or None where it failed
+        (as read, without a decoder): read in windows of contiguous runs, decoded in
+        `threads` threads if asked."""
         runs = plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
                                 seed=self.seed, epoch=self.epoch, rank=self.rank,
                                 world_size=self.world_size, worker=worker,
                                 num_workers=num_workers, remainder=self.remainder,
                                 holdout=self.holdout)
-        skip = self._skip(worker, num_workers)
-        reader, position = self.source.reader(runs), 0
-        pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
+        reader = self.source.reader(runs)
+        pool = (ThreadPoolExecutor(self.threads, "packer-decode")
+                if self.threads > 1 and decoder is not None else None)
+        order = partial(plan.window_order, shuffle=self.shuffle, seed=self.seed,
+                        epoch=self.epoch, rank=self.rank, worker=worker)
         try:
-            for number, window in enumerate(plan.windows(runs, self.window)):
-                size = sum(run.count for run in window)
-                if position + size <= skip:
-                    position += size
-                    continue
-                raw = [s for run in window for s in reader.read(run.part, run.start, run.count)]
-                order = plan.window_order(size, self.shuffle, self.seed, self.epoch, self.rank,
-                                          worker, number)
-                indices = order[max(0, skip - position):]
-                if pool is None:
+            for raw, indices in plan.read_windows(reader, runs, self.window, order,
+                                                  self._skip(worker, num_workers)):
+                if decoder is None:  # batches made from the samples as read
+                    yield from map(raw.__getitem__, indices)
+                elif pool is None:
                     yield from (self._decode(raw[index], decoder) for index in indices)
                 else:
                     yield from self._decode_in_threads(raw, indices, decoder, pool)
-                position += size
         finally:
             reader.close()
             if pool is not None:
@@ -296,67 +320,6 @@ class PackedDataset(IterableDataset):
 def _workers_text(count: int) -> str:
     """0 and 1 workers read alike (one reader: the main process, or one worker)."""
     return "0 or 1" if count <= 1 else str(count)
-
-
-_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
-                "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
-                "multiprocessing_context", "generator")  # torch's DataLoader's, in order
-
-
-def _pass_on(batch):
-    """The collate of a loader whose dataset yields whole batches."""
-    return batch
-
-
-class DataLoader(torch.utils.data.DataLoader):
-    """A torch DataLoader that tells its PackedDataset how many batches were consumed,
-    so that `dataset.state_dict()` can resume exactly where training stopped, and
-    whose len() counts the batches it really gives: each worker ends its share of
-    the epoch with a batch of its own, so there can be one short batch per worker.
-    Without a collate_fn, batches are made by `collate_samples`: over a PackedDataset,
-    by the dataset itself in each worker, which hands over whole batches (stored pixels
-    written once, straight into the batch), so the training process only passes them on."""
-
-    def __init__(self, dataset, *args, **kwargs):
-        kwargs.update(zip(_LOADER_ARGS, args, strict=False))
-        batch_size, drop_last = kwargs.get("batch_size", 1), kwargs.get("drop_last", False)
-        batching = batch_size is not None and kwargs.get("collate_fn") is None
-        self._batches_from_dataset = batching and isinstance(dataset, PackedDataset)
-        if self._batches_from_dataset:
-            kwargs.update(batch_size=None, drop_last=False, collate_fn=_pass_on)
-        elif batching:
-            kwargs["collate_fn"] = collate_samples
-        super().__init__(dataset, **kwargs)
-        if self._batches_from_dataset:  # what the dataset's batches are (torch's are off)
-            object.__setattr__(self, "batch_size", batch_size)
-            object.__setattr__(self, "drop_last", drop_last)
-
-    def __len__(self) -> int:
-        if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
-            return super().__len__()
-        sizes = self.dataset.worker_sizes(max(self.num_workers, 1))
-        if self.drop_last:
-            return sum(size // self.batch_size for size in sizes)
-        return sum(-(-size // self.batch_size) for size in sizes)
-
-    def __iter__(self):
-        dataset = self.dataset
-        tracking = isinstance(dataset, PackedDataset)
-        workers = self.num_workers
-        if self._batches_from_dataset:  # read by the workers (or the iterator) made now
-            dataset._batching = (self.batch_size, self.drop_last)
-        try:
-            batches_in = super().__iter__()
-        finally:
-            if self._batches_from_dataset:
-                dataset._batching = None
-        widen_result_pipe(batches_in)
-        pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
-        for count, batch in enumerate(batches_in, start=1):
-            if tracking:
-                dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
-            if batch is not None:  # None: a batch whose every sample was skipped
-                yield landed(batch, pin) if self._batches_from_dataset else batch
 
 
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",

@@ -119,3 +119,25 @@ def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, wor
     if not shuffle:
         return np.arange(size)
     return np.random.default_rng([seed, epoch, rank, worker, number]).permutation(size)
+
+
+def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0):
+    """(the samples of each window of `runs`, as `reader` reads them; the positions in
+    it to emit, in `order(size, number=...)`), leaving out the first `skip` samples.
+    A reader with `prefetch(runs)` is told each window, and the next, before it reads
+    one (packer.formats.readahead)."""
+    cut = list(windows(runs, window))
+    prefetch = getattr(reader, "prefetch", None)
+    position, advised = 0, -1  # samples passed; the last window read ahead
+    for number, runs_in in enumerate(cut):
+        size = sum(run.count for run in runs_in)
+        if position + size <= skip:
+            position += size
+            continue
+        if prefetch is not None:
+            for ahead in cut[max(number, advised + 1):number + 2]:
+                prefetch(ahead)
+            advised = number + 1
+        raw = [s for run in runs_in for s in reader.read(run.part, run.start, run.count)]
+        yield raw, order(size, number=number)[max(0, skip - position):]
+        position += size

@@ -47,6 +47,7 @@ from packer.formats.protocol import (
     publish_folder,
     sample_problems,
 )
+from packer.formats.readahead import file_range
 from packer.formats.tfrecord.codec import (
     BYTES_LIST,
     FLOAT_LIST,
@@ -185,6 +186,13 @@ class Reader(PartFiles):
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         return list(self.records(part, start, count))
+
+    def prefetch(self, runs) -> None:
+        """Ask the kernel to read ahead the byte ranges of `runs` (packer.formats.readahead)."""
+        for run in runs:
+            starts = self.offsets[run.part][run.start:run.start + run.count + 1]
+            if len(starts) > 1:
+                file_range(self._fd(run.part), int(starts[0]), int(starts[-1] - starts[0]))
 
     def records(self, part: int, start: int, count: int) -> Iterator[dict]:
         """Samples start .. start+count-1 of a part, read in one piece; those before a

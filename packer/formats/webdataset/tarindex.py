@@ -18,6 +18,7 @@ import numpy as np
 
 from packer.errors import DatasetError
 from packer.formats.base import PartFiles
+from packer.formats.readahead import file_range
 from packer.sample import KEY, split_member
 
 _BLOCK = 512
@@ -194,6 +195,16 @@ class Reader(PartFiles):
                                 else value)
             samples.append(sample)
         return samples
+
+    def prefetch(self, runs) -> None:
+        """Ask the kernel to read ahead the byte ranges of `runs` (packer.formats.readahead)."""
+        for run in runs:
+            index = self.index(run.part)
+            bounds = index.first[run.start:run.start + run.count + 1]
+            if len(bounds) > 1:
+                low, last = index.offset[bounds[0]], bounds[-1] - 1
+                file_range(self._fd(run.part), int(low),
+                           int(index.offset[last] + index.size[last] - low))
 
     def _int(self, value: bytes, part: int, offset: int) -> int:
         try:

@@ -1,0 +1,69 @@
+"""packer.DataLoader: torch's DataLoader over a PackedDataset, which makes the batches
+in its workers, knows how many were consumed (for an exact resume), and counts them."""
+
+import torch
+
+from packer.read.batches import collate_samples, landed, widen_result_pipe
+from packer.read.loader import PackedDataset
+from packer.read.ring import LANDING
+
+_LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
+                "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator")  # torch's DataLoader's, in order
+
+
+def _pass_on(batch):
+    """The collate of a loader whose dataset yields whole batches."""
+    return batch
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader that tells its PackedDataset how many batches were consumed,
+    so that `dataset.state_dict()` can resume exactly where training stopped, and
+    whose len() counts the batches it really gives: each worker ends its share of
+    the epoch with a batch of its own, so there can be one short batch per worker.
+    Without a collate_fn, batches are made by `collate_samples`: over a PackedDataset,
+    by the dataset itself in each worker, which hands over whole batches (stored pixels
+    written once, straight into the batch), so the training process only passes them on."""
+
+    def __init__(self, dataset, *args, **kwargs):
+        kwargs.update(zip(_LOADER_ARGS, args, strict=False))
+        batch_size, drop_last = kwargs.get("batch_size", 1), kwargs.get("drop_last", False)
+        batching = batch_size is not None and kwargs.get("collate_fn") is None
+        self._batches_from_dataset = batching and isinstance(dataset, PackedDataset)
+        if self._batches_from_dataset:
+            kwargs.update(batch_size=None, drop_last=False, collate_fn=_pass_on)
+        elif batching:
+            kwargs["collate_fn"] = collate_samples
+        super().__init__(dataset, **kwargs)
+        if self._batches_from_dataset:  # what the dataset's batches are (torch's are off)
+            object.__setattr__(self, "batch_size", batch_size)
+            object.__setattr__(self, "drop_last", drop_last)
+
+    def __len__(self) -> int:
+        if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
+            return super().__len__()
+        sizes = self.dataset.worker_sizes(max(self.num_workers, 1))
+        if self.drop_last:
+            return sum(size // self.batch_size for size in sizes)
+        return sum(-(-size // self.batch_size) for size in sizes)
+
+    def __iter__(self):
+        dataset = self.dataset
+        tracking = isinstance(dataset, PackedDataset)
+        workers = self.num_workers
+        if self._batches_from_dataset:  # read by the workers (or the iterator) made now
+            dataset._batching = (self.batch_size, self.drop_last)
+        try:
+            batches_in = super().__iter__()
+        finally:
+            if self._batches_from_dataset:
+                dataset._batching = None
+        widen_result_pipe(batches_in)
+        LANDING.forget_exited()
+        pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
+        for count, batch in enumerate(batches_in, start=1):
+            if tracking:
+                dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
+            if batch is not None:  # None: a batch whose every sample was skipped
+                yield landed(batch, pin) if self._batches_from_dataset else batch

@@ -1,0 +1,135 @@
+"""Batches made from the samples as read (bytes, stored pixels) and the workers' shared
+batch buffers: the same batches as per-sample reads, however many are held."""
+
+import warnings
+
+import lmdb
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+import packer
+from conftest import image_bytes, run
+from packer.formats import FORMAT_NAMES
+from packer.read import ring
+from packer.read.batches import collate_samples
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """150 images, packed as they are and as raw 12x10 pixels, every format."""
+    root = tmp_path_factory.mktemp("lean")
+    images = root / "images"
+    for c in range(3):
+        (images / f"c{c}").mkdir(parents=True)
+        for i in range(50):
+            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(
+                image_bytes(c * 100 + i, size=(10 + i % 5, 9 + i % 4)))
+    out = {}
+    for fmt in FORMAT_NAMES:
+        out[fmt, "jpg"] = root / f"{fmt}-jpg"
+        run("pack", images, "--to", fmt, "-o", out[fmt, "jpg"], "--max-count", "40", "-q")
+        out[fmt, "raw"] = root / f"{fmt}-raw"
+        run("pack", images, "--to", fmt, "-o", out[fmt, "raw"], "--max-count", "40",
+            "--resize", "12x10", "--encode", "raw", "-q")
+    return out
+
+
+def per_sample(ds, workers: int, batch_size: int) -> list[dict]:
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=workers,
+                                         collate_fn=collate_samples)
+    return list(loader)
+
+
+def same_batch(ours: dict, theirs: dict) -> bool:
+    if ours.keys() != theirs.keys():
+        return False
+    for name, value in ours.items():
+        other = theirs[name]
+        if isinstance(value, torch.Tensor):
+            if not (isinstance(other, torch.Tensor) and value.dtype == other.dtype
+                    and torch.equal(value, other)):
+                return False
+        elif list(value) != list(other):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bytes_batches_equal_per_sample_reads(packed, fmt, workers):
+    ds = packer.open_dataset(packed[fmt, "jpg"], shuffle=True, seed=4, decode="raw")
+    ours = list(packer.DataLoader(ds, batch_size=16, num_workers=workers))
+    theirs = per_sample(ds, workers, 16)
+    assert len(ours) == len(theirs)
+    assert all(same_batch(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert ours[0]["cls"].dtype == torch.int64 and isinstance(ours[0]["jpg"][0], bytes)
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_more_batches_held_than_a_worker_has_buffers(packed, fmt):
+    """Every batch kept (more than the slots of each worker): none is overwritten."""
+    ds = packer.open_dataset(packed[fmt, "raw"], shuffle=True, seed=2)
+    ours = list(packer.DataLoader(ds, batch_size=2, num_workers=2))
+    assert len(ours) > 2 * ring.SLOTS
+    theirs = per_sample(ds, 2, 2)
+    assert all(same_batch(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_buffers_are_reused_and_a_view_kept_stays_intact(packed):
+    ds = packer.open_dataset(packed["lmdb", "raw"], shuffle=True, seed=7)
+    expected = per_sample(ds, 2, 4)
+    kept, pointers = [], set()
+    for number, batch in enumerate(packer.DataLoader(ds, batch_size=4, num_workers=2)):
+        assert same_batch(batch, expected[number])
+        pointers.add(batch["rgb.npy"].untyped_storage().data_ptr())
+        if number % 9 == 0:  # one image of the batch, a view of the worker's buffer
+            kept.append((number, batch["rgb.npy"][1]))
+    assert len(pointers) <= 2 * ring.SLOTS < len(expected)  # buffers were used again
+    for number, image in kept:
+        assert torch.equal(image, expected[number]["rgb.npy"][1])
+
+
+def test_persistent_workers_read_every_epoch_alike(packed):
+    ds = packer.open_dataset(packed["hdf5", "raw"], shuffle=True, seed=3)
+    loader = packer.DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        ours = list(loader)
+        assert all(same_batch(a, b) for a, b in zip(ours, per_sample(ds, 2, 8), strict=True))
+
+
+def _damage_pixels(folder, index: int) -> str:
+    """Replace the stored pixels of sample `index` of an LMDB raw dataset with garbage."""
+    env = lmdb.open(str(folder), subdir=True)
+    with env.begin(write=True) as txn:
+        key = b"%010d" % index
+        sample = msgpack.unpackb(txn.get(key))
+        sample["rgb.npy"] = b"not an array"
+        txn.put(key, msgpack.packb(sample, use_bin_type=True))
+    env.close()
+    return sample["__key__"]
+
+
+@pytest.mark.parametrize("on_error", ["warn", "skip", "raise"])
+def test_damaged_pixels_in_a_batch_follow_on_error(packed, tmp_path, on_error):
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(packed["lmdb", "raw"], folder)
+    bad = _damage_pixels(folder, 5)
+    ds = packer.open_dataset(folder, on_error=on_error)
+    loader = packer.DataLoader(ds, batch_size=8, num_workers=0)
+    if on_error == "raise":
+        with pytest.raises(Exception, match="rgb.npy|array|pickle|header"):
+            list(loader)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = list(loader)
+    keys = [key for batch in batches for key in batch["__key__"]]
+    assert bad not in keys and any(bad in str(w.message) for w in caught)
+    assert len(keys) == (150 if on_error == "warn" else 149)
+    good = np.concatenate([b["rgb.npy"].numpy() for b in batches])
+    assert good.shape == (len(keys), 3, 10, 12)
