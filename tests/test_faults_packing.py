@@ -148,8 +148,8 @@ def test_unpack_into_the_dataset_itself_is_refused(tmp_path):
     run("pack", source, "-o", tmp_path / "ds", "-q")
     result = run("unpack", tmp_path / "ds", "-o", tmp_path / "ds" / "restored", expect=2)
     assert "inside the dataset" in result.output
-    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["manifest.json",
-                                                                    "shard-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [
+        "manifest.json", "shard-000000.idx", "shard-000000.tar"]
 
 
 @pytest.fixture

@@ -133,3 +133,32 @@ def test_damaged_pixels_in_a_batch_follow_on_error(packed, tmp_path, on_error):
     assert len(keys) == (150 if on_error == "warn" else 149)
     good = np.concatenate([b["rgb.npy"].numpy() for b in batches])
     assert good.shape == (len(keys), 3, 10, 12)
+
+
+def _mapped_kb(name: str) -> int:
+    """Resident KB of this process's mappings of files called `name`."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps").read().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:
+            inside = len(fields) >= 6 and fields[-1].endswith("/" + name)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="Linux")
+def test_an_lmdb_reader_does_not_keep_what_it_has_read_mapped(tmp_path):
+    images = tmp_path / "images" / "c"
+    images.mkdir(parents=True)
+    for i in range(200):
+        (images / f"{i:03d}.png").write_bytes(image_bytes(i, fmt="PNG", size=(64, 64)))
+    run("pack", tmp_path / "images", "--to", "lmdb", "-o", tmp_path / "raw", "--encode", "raw",
+        "-q")
+    size_kb = (tmp_path / "raw" / "data.mdb").stat().st_size // 1024
+    ds = packer.open_dataset(tmp_path / "raw", shuffle=True, shuffle_buffer=64)
+    most = 0
+    for batch in packer.DataLoader(ds, batch_size=16):
+        most = max(most, _mapped_kb("data.mdb"))
+    assert batch["rgb.npy"].shape[1:] == (3, 64, 64)
+    assert size_kb > 2000 and most < size_kb / 2

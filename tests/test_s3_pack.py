@@ -79,8 +79,9 @@ def test_an_existing_dataset_is_replaced_only_with_overwrite(s3, images, tmp_pat
     again = run("pack", images, "-o", url, "-q", expect=2)
     assert "already exists" in again.output and url in again.output
     run("pack", images, "-o", url, "--max-count", 15, "--overwrite", "-q")
-    assert sorted(objects(s3, "twice")) == ["manifest.json", "shard-000000.tar",
-                                            "shard-000001.tar", "shard-000002.tar"]
+    assert sorted(objects(s3, "twice")) == ["manifest.json", *(f"shard-{i:06d}.{kind}"
+                                                               for i in range(3)
+                                                               for kind in ("idx", "tar"))]
 
 
 def test_no_local_folder_is_made_for_an_s3_output(s3, images, tmp_path, monkeypatch):

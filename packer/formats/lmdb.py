@@ -32,7 +32,7 @@ from packer.formats.protocol import (
     sample_problems,
     shared_files,
 )
-from packer.formats.readahead import mapped_range
+from packer.formats.readahead import DONE, mapped_range
 from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
 
 NAME = "lmdb"
@@ -141,9 +141,12 @@ class Reader(ProcessReader):
                     raise DatasetError(f"{self.folder}: samples {first + len(values)} and on "
                                        "are missing from the LMDB")
                 try:
-                    return [decode_value(v) for v in values]
+                    samples = [decode_value(v) for v in values]
                 except _DECODE_ERRORS:
-                    return [self._decoded(first + i, v) for i, v in enumerate(values)]
+                    samples = [self._decoded(first + i, v) for i, v in enumerate(values)]
+                if values:
+                    mapped_range(values[0], values[-1], DONE)
+                return samples
         except lmdb.Error as err:
             raise DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
                                f"{first + count - 1:,} are ({err}); restore it from a copy or "

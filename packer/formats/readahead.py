@@ -16,6 +16,7 @@ import numpy as np
 
 _FILE_ADVICE = getattr(os, "POSIX_FADV_WILLNEED", None)
 _MAP_ADVICE = getattr(mmap, "MADV_WILLNEED", None)
+DONE = getattr(mmap, "MADV_DONTNEED", None)  # read: out of this process's page tables
 _PAGE = mmap.PAGESIZE
 NEARBY = 64 << 20  # a run's values further apart than this are not read as one range
 
@@ -37,13 +38,15 @@ def _madvise():
 _MADVISE = _madvise() if _MAP_ADVICE is not None else None
 
 
-def mapped_range(first: memoryview, last: memoryview) -> None:
+def mapped_range(first: memoryview, last: memoryview, advice=_MAP_ADVICE) -> None:
     """The mapped memory from the value `first` to the end of the value `last` (both
-    seen in one memory map), where the two lie close together."""
-    if _MADVISE is None or not len(first) or not len(last):
+    seen in one memory map), where the two lie close together. With `advice=DONE`,
+    pages already read leave the process's memory (the page cache keeps them), so that
+    a reader of a large memory map does not hold all it has read."""
+    if _MADVISE is None or advice is None or not len(first) or not len(last):
         return
     low = np.frombuffer(first, np.uint8).ctypes.data
     high = np.frombuffer(last, np.uint8).ctypes.data + len(last)
     if 0 < high - low <= NEARBY:
         start = low - low % _PAGE
-        _MADVISE(start, high - start, _MAP_ADVICE)
+        _MADVISE(start, high - start, advice)

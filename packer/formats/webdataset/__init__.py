@@ -3,6 +3,7 @@
     OUT/
       manifest.json
       shard-000000.tar     KEY.FIELD members: cats/img%2E001.jpg, cats/img%2E001.cls, ...
+      shard-000000.idx     where each member is (packer's loader reads it; tar readers need not)
       shard-000001.tar
 
 Members are written with fixed metadata (mtime 0, mode 0444, uid/gid 0), so the
@@ -128,11 +129,17 @@ class TarWriter(Writer):
         self._file.close()
         part["bytes"] += len(end)
         part["sha256"] = self._file_digest.hexdigest()
+        from packer.formats.webdataset.tarindex import save_index
+
+        save_index(self.folder / part["name"], part["sha256"])
 
     def truncate(self, count: int) -> None:
         kept = {p["name"] for p in self.parts}
         for path in self.folder.glob("shard-*.tar"):
             if path.name not in kept:
+                path.unlink()
+        for path in self.folder.glob("shard-*.idx*"):  # .idx, and .idx.partial
+            if path.name.split(".", 1)[0] + ".tar" not in kept:
                 path.unlink()
 
     def finish(self, manifest: dict) -> None:
@@ -194,7 +201,8 @@ def reader(path: Path, manifest: dict):
     the workers); a shard whose sample count differs from the manifest is refused."""
     from packer.formats.webdataset.tarindex import Reader
 
-    shards = Reader([str(p) for p in data_files(path, manifest)], int_fields(manifest))
+    shards = Reader([str(p) for p in data_files(path, manifest)], int_fields(manifest),
+                    [part.get("sha256") for part in manifest["parts"]])
     for index, part in enumerate(manifest["parts"]):
         if shards.count(index) != part["count"]:
             raise DatasetError(f"{shards.paths[index]}: {shards.count(index):,} samples, the "
@@ -215,7 +223,19 @@ def verify_part(path: Path, manifest: dict, part: dict, name: str,
                                      READ_ERRORS)
     if file_problems and not problems:
         problems = [_UNLOCATED.format(name=name)]
-    return file_problems + problems, seen
+    return file_problems + problems + _index_problems(Path(path) / part["name"], part), seen
+
+
+def _index_problems(shard: Path, part: dict) -> list[str]:
+    """A saved index beside the shard that is not the shard's (the loader would pass
+    over it and read the headers, more slowly)."""
+    from packer.formats.webdataset.tarindex import index_path, saved_index
+
+    if not index_path(shard).exists() or saved_index(str(shard), part.get("sha256")):
+        return []
+    return [f"{index_path(shard).name}: not the index of {shard.name} (damaged, or left by "
+            "another pack); delete it (the loader then reads the shard's headers) or pack "
+            "again"]
 
 
 WRITER = TarWriter

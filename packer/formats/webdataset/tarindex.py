@@ -5,6 +5,14 @@ sample's key and each member's field, data offset and size. Reading a run of
 samples is then one read of contiguous bytes, sliced by the index. PAX (`x`) and GNU long-name
 (`L`) headers are understood; samples are consecutive members sharing a key,
 as webdataset groups them.
+
+packer writes each shard's index beside it when the shard closes (`shard-NNNNNN.idx`,
+msgpack): the loader takes it instead of reading every header again, which on a cold
+page cache would read most of the shard before the first sample. It is used only for
+the shard whose sha256 it records (the manifest's), whose size it gives, and whose
+first and last members' headers give their sizes, if its own CRC-32 holds; otherwise
+the headers are read.
+`verify` and `unpack` always read the headers.
 """
 
 import mmap
@@ -13,7 +21,9 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import msgpack
 import numpy as np
 
 from packer.errors import DatasetError
@@ -159,18 +169,84 @@ def index_shard(path: str) -> ShardIndex:
                       np.array(offsets, np.int64), np.array(sizes, np.int64), fields)
 
 
+INDEX_SUFFIX = ".idx"
+_INDEX_TAG = "packer tar index 1"
+
+
+def index_path(shard) -> Path:
+    return Path(shard).with_suffix(INDEX_SUFFIX)
+
+
+def save_index(shard: Path, sha256: str) -> None:
+    """Index the shard just written and keep the index beside it (written whole first
+    under a temporary name, so that a killed run leaves none half written)."""
+    index, names = index_shard(str(shard)), {}
+    codes = np.array([names.setdefault(f, len(names)) for f in index.field], np.uint16)
+    payload = msgpack.packb({"tag": _INDEX_TAG, "sha256": sha256,
+                             "bytes": os.path.getsize(shard), "keys": index.keys,
+                             "names": list(names), "field": codes.tobytes(),
+                             "first": index.first.tobytes(), "offset": index.offset.tobytes(),
+                             "size": index.size.tobytes()})
+    temporary = index_path(shard).with_suffix(".idx.partial")
+    temporary.write_bytes(payload + zlib.crc32(payload).to_bytes(4, "little"))
+    temporary.replace(index_path(shard))
+
+
+def saved_index(shard: str, sha256: str) -> ShardIndex | None:
+    """The index saved beside `shard` if it is the index of this shard; else None."""
+    try:
+        data = index_path(shard).read_bytes()
+        if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+            return None
+        saved = msgpack.unpackb(data[:-4])
+        if (saved["tag"] != _INDEX_TAG or saved["sha256"] != sha256
+                or saved["bytes"] != os.path.getsize(shard)):
+            return None
+        names, codes = saved["names"], np.frombuffer(saved["field"], np.uint16)
+        index = ShardIndex(saved["keys"], np.frombuffer(saved["first"], np.int64),
+                           np.frombuffer(saved["offset"], np.int64),
+                           np.frombuffer(saved["size"], np.int64),
+                           [sys.intern(names[c]) for c in codes.tolist()])
+        return index if _agrees(index, shard) else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, msgpack.UnpackException):
+        return None
+
+
+def _agrees(index: ShardIndex, shard: str) -> bool:
+    """Whether the index is consistent and its first and last members are headed in
+    the shard by headers of their sizes (names may lie in PAX records before them)."""
+    members = len(index.offset)
+    if len(index.first) != index.count + 1 or index.first[-1] != members or not members \
+            or len(index.size) != members or len(index.field) != members:
+        return False
+    offset, size = index.offset, index.size  # members in order, a header between each two
+    if (offset[1:] < offset[:-1] + size[:-1] + _BLOCK).any() or offset[0] < _BLOCK:
+        return False
+    with open(shard, "rb") as file:
+        for member in (0, members - 1):
+            header = os.pread(file.fileno(), _BLOCK, int(offset[member]) - _BLOCK)
+            if len(header) < _BLOCK or not _checksum_ok(header) \
+                    or _number(header[124:136]) != size[member]:
+                return False
+    return True
+
+
 class Reader(PartFiles):
     """Runs of samples from local shards. Each shard is indexed once (the indexes
     survive forks and pickling, for workers to share); files are opened lazily in
     the process that reads, so no file handle crosses a fork."""
 
-    def __init__(self, paths: list[str], int_fields: set[str] = frozenset()):
-        self.paths, self.int_fields = paths, int_fields
+    def __init__(self, paths: list[str], int_fields: set[str] = frozenset(),
+                 digests: list[str] | None = None):
+        self.paths, self.int_fields, self.digests = paths, int_fields, digests
         self._indexes: dict[int, ShardIndex] = {}
 
     def index(self, part: int) -> ShardIndex:
+        """The shard's index: the one saved beside it, given the shard's sha256 (from
+        the manifest) in `digests`; otherwise read from its headers."""
         if part not in self._indexes:
-            self._indexes[part] = index_shard(self.paths[part])
+            saved = self.digests and saved_index(self.paths[part], self.digests[part])
+            self._indexes[part] = saved or index_shard(self.paths[part])
         return self._indexes[part]
 
     def count(self, part: int) -> int:
