@@ -87,6 +87,17 @@ def test_unpack_local_plain_shards_gives_their_members(local_wds, tmp_path):
     assert source_files(tmp_path / "out") == members(sorted(folder.glob("*.tar")))
 
 
+def test_unpack_of_shards_that_repeat_a_name_overwrites_nothing(local_wds, tmp_path):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    shard = sorted(local_wds.glob("*.tar"))[0]
+    for name in ("a.tar", "b.tar"):  # the same members twice
+        (folder / name).write_bytes(shard.read_bytes())
+    result = run("unpack", folder, "-o", tmp_path / "out", "-q", expect=1)
+    assert "two members of the dataset have this name" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_unpack_errors_name_the_url(s3, tmp_path):
     for url, status, text in ((f"s3://{s3}/nothing", 2, "no such dataset"),
                               ("s3://no-such-bucket/x", 1, "no such bucket")):

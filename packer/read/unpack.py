@@ -79,6 +79,10 @@ class _Files:
 
     def write(self, rel: str, key: str, data: bytes) -> str:
         target = self.work / _safe_relative(rel, key)
+        if target.exists():  # plain shards may repeat a name: never overwrite silently
+            raise DatasetError(f"{rel}: two members of the dataset have this name (the "
+                               f"second in sample {key!r}); unpacking would overwrite one "
+                               "with the other")
         if target.parent not in self.made_dirs:
             target.parent.mkdir(parents=True, exist_ok=True)
             self.made_dirs.add(target.parent)
