@@ -24,7 +24,7 @@ _LAZY_NAMES = {
     "DataLoader": "packer.read.dataloader", "PackedDataset": "packer.read.loader",
     "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
-    "RAW_IMAGE_FIELD": "packer.sample",
+    "RAW_IMAGE_FIELD": "packer.sample", "size_bytes": "packer.text",
     "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
     "PackerGroup": "packer.cli.group",  # the error formatting of packer's command lines
 }

@@ -15,6 +15,7 @@ import mmap
 import os
 import re
 import statistics
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.manifest import is_packed, load_manifest
 from packer.read.dataloader import DataLoader
+from packer.read.dataset import open_parts
 from packer.read.decode import rgb8_tensor
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
@@ -43,6 +45,8 @@ class BenchOptions:
     cold: bool = False
     decode: bool = True
     image_size: int = 64
+    cache_dir: str | None = None  # the part cache of s3:// datasets, and its limit
+    cache_limit: int | str | None = None
 
 
 @dataclass
@@ -56,17 +60,22 @@ class Contender:
     bytes: int
     labels: list[int] = field(default_factory=list)  # loose: the label of each file
     stored: str = "as the files are"  # the images' resolution and encoding, as stored
+    remote_bytes: int | None = None  # in object storage: the bytes of its objects
 
     @property
     def stored_bytes(self) -> int:
+        if self.remote_bytes is not None:
+            return self.remote_bytes
         return sum(Path(f).stat().st_size for f in self.files)
 
-    def dataset(self, options: BenchOptions):
+    def dataset(self, options: BenchOptions, cache_dir=None):
         if self.kind == "loose":
             return LooseImages(list(zip(self.files, self.labels, strict=True)),
                                options.image_size, options.decode)
         return open_dataset(self.name, shuffle=True, decode="rgb8" if options.decode else "raw",
-                            image_size=options.image_size)
+                            image_size=options.image_size,
+                            cache_dir=cache_dir or options.cache_dir,
+                            cache_limit=options.cache_limit)
 
 
 def stored_text(manifest: dict) -> str:
@@ -83,15 +92,21 @@ def stored_text(manifest: dict) -> str:
     return f"{resolution}, {encoding}"
 
 
-def describe(path: str) -> Contender:
+def describe(path: str, options: BenchOptions) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
     left out, as packing leaves them out, so that every reader reads the same samples).
-    A dataset in object storage is read through the part cache: no local files to `cat`
-    or to drop from the page cache; its first pass downloads the parts."""
+    A dataset (or plain shards) in object storage is read through the part cache: no
+    local files to `cat` or to drop from the page cache; its first pass downloads the
+    parts, and a cold pass starts from an empty cache."""
     if is_s3(path):
-        manifest = load_manifest(path)
+        remote = open_parts(path, options.cache_dir, options.cache_limit)
+        size, manifest = sum(f.size for files in remote.part_files for f in files), remote.manifest
+        if manifest is None:
+            return Contender(path, "webdataset", [], remote.count, size, remote_bytes=size,
+                             stored="as the shards hold them")
         data = sum(f["bytes"] for f in manifest["fields"].values())
-        return Contender(path, manifest["format"], [], manifest["count"], data)
+        return Contender(path, manifest["format"], [], manifest["count"], data,
+                         stored=stored_text(manifest), remote_bytes=size)
     folder = Path(path)
     if not folder.is_dir() and not is_packed(folder):
         raise UsageProblem(f"{path}: not a folder or a packed dataset")
@@ -236,7 +251,13 @@ def resident_bytes(process: psutil.Process) -> tuple[int, int]:
 def run_once(reader: Contender, workers: int, options: BenchOptions, cold: bool) -> dict:
     if cold:
         drop_cache(reader.files)
-    dataset = reader.dataset(options)
+    if cold and reader.remote_bytes is not None:  # every part downloaded again
+        with tempfile.TemporaryDirectory(prefix="packer-bench-", dir=options.cache_dir) as empty:
+            return _one_pass(reader, reader.dataset(options, empty), workers, options)
+    return _one_pass(reader, reader.dataset(options), workers, options)
+
+
+def _one_pass(reader: Contender, dataset, workers: int, options: BenchOptions) -> dict:
     # packed datasets through packer's loader, which makes batches in the workers
     loader = (torch.utils.data.DataLoader if reader.kind == "loose" else DataLoader)(
         dataset, batch_size=options.batch_size, num_workers=workers,
@@ -280,7 +301,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
     """Measure every reader at every worker count; returns the figures as a dict."""
     if any(w < 0 for w in options.workers):
         raise UsageProblem("--workers: worker counts must be 0 or more")
-    readers = [describe(p) for p in paths]
+    readers = [describe(p, options) for p in paths]
     caches = ["warm", "cold"] if options.cold else ["warm"]
     runs: dict[tuple[str, str, int], list] = {}
     for repeat in range(options.repeat):

@@ -44,13 +44,14 @@ def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def load_manifest(dataset) -> dict:
-    """The manifest of a packed dataset (a local path or an s3:// URL), or a
+def load_manifest(dataset, cache_dir=None, cache_limit=None) -> dict:
+    """The manifest of a packed dataset (a local path or an s3:// URL, whose files are
+    read through the part cache in `cache_dir`, at most `cache_limit`), or a
     DatasetError that says what is wrong."""
     if is_s3(dataset):
         from packer.read.remote import load_remote_manifest  # reading from object storage
 
-        return load_remote_manifest(dataset)
+        return load_remote_manifest(dataset, cache_dir, cache_limit)
     dataset = Path(dataset)
     if dataset.name.endswith(PARTIAL_SUFFIX) or (
         not dataset.exists() and partial_path(dataset).exists()

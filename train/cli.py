@@ -5,6 +5,7 @@ from dataclasses import fields
 
 import click
 
+import packer
 from packer import PackerGroup
 from packer.errors import PackerError
 from train.config import (
@@ -54,6 +55,21 @@ class _ImageSize(click.ParamType):
             self.fail(f"{value}: images of at least 8 px a side", param, ctx)
         return sides[0] if sides[0] == sides[1] else (sides[1], sides[0])
 
+
+class _Size(click.ParamType):
+    """A size above 0: `20GB`, `512MiB`, `5e9` (bytes)."""
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        try:
+            size = packer.size_bytes(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if size <= 0:
+            self.fail(f"{value}: give a size above 0, e.g. 20GB", param, ctx)
+        return size
+
+
 _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainConfig
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
@@ -80,6 +96,12 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "batch_size": (_AutoOr(click.IntRange(min=1), "auto|N"), "Samples per step (per process "
                    "under torchrun); auto: no more than the data support." + AUTO),
     "workers": (click.IntRange(min=0), "DataLoader worker processes that read and decode."),
+    "cache_dir": (click.Path(file_okay=False), "s3:// datasets: the folder their parts are "
+                  "downloaded into and read from, shared by every process that names it, e.g. "
+                  "--cache-dir /scratch/packer-cache (default: ~/.cache/packer)."),
+    "cache_limit": (_Size(), "s3:// datasets: at most this much in --cache-dir, e.g. "
+                    "--cache-limit 20GB (default: 20 GB, and at most 80% of the disk's free "
+                    "space)."),
     "cache": (None, "ram: decode the training set once and keep it in memory (uint8 "
                     "images); off; auto: ram when it fits in a third of the available "
                     "memory."),
@@ -129,7 +151,7 @@ _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp"
             "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,
             "cache": CACHES, "augment": AUGMENTS}
 DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs", "batch_size",
-        "workers", "device", "seed")
+        "workers", "cache_dir", "cache_limit", "device", "seed")
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
@@ -181,6 +203,7 @@ def fit(data, out, **options):
     Example:
       train fit ./images-wds --val-split 0.1 --epochs 30 --out runs/exp1
       train fit ./export.h5 --task regress --out runs/reg
+      train fit s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 20GB
       tensorboard --logdir runs
     """
     from train.loop import fit as run_fit

@@ -32,6 +32,8 @@ class TrainConfig:
     epochs: int | None = None
     batch_size: int | None = None
     workers: int = 2
+    cache_dir: str | None = None  # where parts of an s3:// dataset are kept (None: the default)
+    cache_limit: int | None = None  # bytes they may take there (None: the default)
     cache: str = "auto"
     optimizer: str = "adamw"
     lr: float | None = None  # None: a short range test picks it

@@ -113,7 +113,8 @@ def image_sizes(info: DataInfo, config: TrainConfig, count: int = 256) -> list[t
         step = max(len(info.files) // count, 1)
         paths = [path for path, _ in info.files[::step][:count]]
         return [Image.open(path).size for path in paths]
-    data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1)
+    data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1,
+                               **part_cache(config))
     sizes = []
     for sample in data:
         name, encoded = next((n, v) for n, v in sample.items() if _is_image(n))
@@ -141,7 +142,7 @@ def _pixels_shape(value) -> tuple[int, ...]:
 
 
 def _describe_packed(path: str, config: TrainConfig) -> DataInfo:
-    manifest = packer.load_manifest(path)
+    manifest = packer.load_manifest(path, config.cache_dir, config.cache_limit)
     fields = manifest["fields"]
     label = next((n for n in ("cls", "target", "target.npy") if n in fields), None)
     if label is None:
@@ -263,7 +264,7 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
     split = _split(config)
     data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
                                holdout=(split, "train") if split else None,
-                               transform=info.keep())
+                               transform=info.keep(), **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = _arrays(batch, info, torch.device("cpu")).double()
     values = values.transpose(0, 1).reshape(values.shape[1], -1)  # (channels, the rest)
@@ -280,7 +281,7 @@ def _target_stats(info: DataInfo, config: TrainConfig) -> dict:
     split = _split(config)
     data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
                                holdout=(split, "train") if split else None,
-                               transform=Keep((info.label,)))
+                               transform=Keep((info.label,)), **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = torch.as_tensor(batch[info.label]).double().reshape(len(batch[info.label]), -1)
     finite = torch.isfinite(values)  # NaN targets are refused later, with their keys
@@ -318,6 +319,11 @@ def _loose_datasets(info: DataInfo, config: TrainConfig):
     return train, (LooseImages(pick[:held], config.image_size) if held else None)
 
 
+def part_cache(config: TrainConfig) -> dict:
+    """open_dataset's options of the part cache that s3:// datasets are read through."""
+    return {"cache_dir": config.cache_dir, "cache_limit": config.cache_limit}
+
+
 def _split(config: TrainConfig) -> float:
     """The fraction of DATA held out for validation (0: none)."""
     return config.val_split if config.val is None else 0.0
@@ -336,7 +342,7 @@ def datasets(info: DataInfo, config: TrainConfig):
         return _loose_datasets(info, config)
     options = {"decode": "rgb8" if info.decoded_images else "raw",
                "image_size": config.image_size if info.decoded_images else None,
-               "seed": config.seed}
+               "seed": config.seed, **part_cache(config)}
     split = _split(config)
     train = packer.open_dataset(config.data, shuffle=True, transform=info.keep(),
                                 holdout=(split, "train") if split else None, **options)

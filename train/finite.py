@@ -5,7 +5,7 @@ import torch
 import packer
 from packer.errors import PackerError
 from train.config import TrainConfig
-from train.data import STATS_SAMPLES, AsTraining, DataInfo
+from train.data import STATS_SAMPLES, AsTraining, DataInfo, part_cache
 
 NAMED_SAMPLES = 5  # samples with NaN or infinite values that the message names
 
@@ -31,7 +31,7 @@ def _non_finite_in(path: str, info: DataInfo, config: TrainConfig,
                    transform: AsTraining | None) -> str | None:
     """One pass over every sample of `path` (the float fields only)."""
     data = packer.open_dataset(path, decode="raw", rank=0, world_size=1,
-                               transform=info.keep(transform))
+                               transform=info.keep(transform), **part_cache(config))
     counts, keys, samples, total = {}, [], 0, 0
     for batch in packer.DataLoader(data, batch_size=STATS_SAMPLES, num_workers=config.workers):
         bad = torch.zeros(len(batch["__key__"]), dtype=torch.bool)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from packer.cli.options import quiet_option
+from packer.cli.options import cache_options, quiet_option
 
 
 def _worker_counts(ctx, param, value: str) -> list[int]:
@@ -29,7 +29,8 @@ def _worker_counts(ctx, param, value: str) -> list[int]:
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs per reader and worker count; the median is reported.")
 @click.option("--cold", is_flag=True,
-              help="Also measure with each reader's files dropped from the page cache.")
+              help="Also measure with each reader's files dropped from the page cache "
+                   "(s3:// datasets: read through an empty part cache).")
 @click.option("--decode/--no-decode", default=True, show_default=True,
               help="Decode images to tensors, or read bytes only (pure IO).")
 @click.option("--image-size", type=click.IntRange(min=1), default=64, show_default=True,
@@ -38,9 +39,10 @@ def _worker_counts(ctx, param, value: str) -> list[int]:
               help="Write every figure to this JSON file.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path),
               help="Draw samples/s against workers to this PNG file.")
+@cache_options
 @quiet_option
 def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size, json_path,
-          plot_path, quiet):
+          plot_path, cache_dir, cache_limit, quiet):
     """Read the same samples loose and packed, and show which is faster, and how much.
 
     PATHS are a loose folder (read as people do by hand: one PIL open per file) and
@@ -53,11 +55,13 @@ def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size,
       packer bench ./images ./images-wds ./images.lmdb ./images.h5 --workers 0,1,2,4
       packer bench ./images ./images-wds --cold --json bench.json --plot bench.png
       packer bench ./images-wds s3://bucket/images-wds   # read through the part cache
+      packer bench s3://bucket/images-wds --cold --cache-dir /scratch/c --cache-limit 5GB
     """
     from packer.bench import BenchOptions, plot, table
     from packer.bench import bench as run_bench
 
-    options = BenchOptions(workers, batch_size, samples, repeat, cold, decode, image_size)
+    options = BenchOptions(workers, batch_size, samples, repeat, cold, decode, image_size,
+                           cache_dir and str(cache_dir), cache_limit)
     report = run_bench(list(paths), options,
                        progress=(lambda _: None) if quiet else (lambda m: click.echo(m, err=True)))
     click.echo(table(report))

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from packer.cli.options import Location, emit_json, json_option, quiet_option, show_progress
+from packer.cli.options import (
+    Location,
+    cache_options,
+    emit_json,
+    json_option,
+    quiet_option,
+    show_progress,
+)
 from packer.cli.report import (
     empty_classes,
     inspect_text,
@@ -20,12 +27,14 @@ from packer.text import plural
 
 @click.command()
 @click.argument("dataset", type=Location())
+@cache_options
 @json_option
-def inspect(dataset, as_json):
+def inspect(dataset, cache_dir, cache_limit, as_json):
     """Show what a packed dataset holds: count, fields, classes, parts, skipped inputs.
 
     DATASET may also be WebDataset shards that other tools wrote (a folder of .tar or
-    .tar.gz files, one shard, or a glob or brace pattern): their samples and fields.
+    .tar.gz files, one shard, or a glob or brace pattern; in object storage, a prefix
+    of .tar objects, one, or a brace pattern): their samples and fields.
 
     \b
     Example:
@@ -33,18 +42,18 @@ def inspect(dataset, as_json):
       packer inspect ./images-wds --json | jq .classes
       packer inspect './downloaded/shard-{000000..000009}.tar'
       packer inspect s3://bucket/images-wds   # AWS_ENDPOINT_URL etc. from the environment
+      packer inspect 's3://bucket/shards/shard-{000000..000009}.tar' --cache-dir /scratch/c
     """
-    from packer.manifest import class_counts, load_manifest
-    from packer.read.dataset import describe_shards, plain_shards
+    from packer.manifest import class_counts
+    from packer.read.dataset import manifest_or_shards
 
-    if plain_shards(dataset):
-        shards = describe_shards(dataset)
+    manifest, shards = manifest_or_shards(dataset, cache_dir, cache_limit)
+    if manifest is None:
         if as_json:
             emit_json(shards)
         else:
             click.echo(shards_text(shards))
         return
-    manifest = load_manifest(dataset)
     if as_json:
         emit_json({"path": str(dataset), "format": manifest["format"],
                     "count": manifest["count"], "fields": manifest["fields"],
@@ -65,9 +74,10 @@ def inspect(dataset, as_json):
                    "bit-identical, every file packed or listed as skipped), or a table or "
                    "dump file (every sample equal to the row or record it came from), e.g. "
                    "--against ./images or --against export.csv.")
+@cache_options
 @json_option
 @quiet_option
-def verify(dataset, against, as_json, quiet):
+def verify(dataset, against, cache_dir, cache_limit, as_json, quiet):
     """Check that every sample reads back and matches the manifest's checksums.
 
     Exits 1 when anything differs.
@@ -78,37 +88,46 @@ def verify(dataset, against, as_json, quiet):
       packer verify ./images.lmdb --against ./images --json
       packer verify ./export.h5 --against ./export.csv
       packer verify s3://bucket/images-wds   # parts downloaded through the cache
+      packer verify s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 5GB
     """
     from packer.read.verify import verify as run_verify
 
-    report = run_verify(dataset, against, progress=show_progress(quiet))
+    report = run_verify(dataset, against, progress=show_progress(quiet), cache_dir=cache_dir,
+                        cache_limit=cache_limit)
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
                else verify_text(report))
     sys.exit(0 if report["ok"] else 1)
 
 
 @click.command()
-@click.argument("dataset", type=click.Path(path_type=Path))
+@click.argument("dataset", type=Location())
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), required=True,
               help="Folder to write the files to.")
 @click.option("--overwrite", is_flag=True,
               help="Replace a non-empty output folder written by an earlier `packer unpack`.")
+@cache_options
 @json_option
 @quiet_option
-def unpack(dataset, out, overwrite, as_json, quiet):
+def unpack(dataset, out, overwrite, cache_dir, cache_limit, as_json, quiet):
     """Write a packed dataset back to a folder with the original relative paths.
 
     Labels that no path carries (from --labels, a table's label column or a record
     field) go to a labels CSV of filename,label rows. The folder gets a
     .packer-unpack.json marker, so that --overwrite replaces only earlier unpacks.
+    DATASET may also be plain WebDataset shards (a folder of .tar files, or in object
+    storage a prefix of them, or a brace pattern): each member becomes a file named as
+    in the tar.
 
     \b
     Example:
       packer unpack ./images-wds -o ./restored
+      packer unpack s3://bucket/images-wds -o ./restored --cache-dir /scratch/c
+      packer unpack 's3://bucket/shards/shard-{000000..000003}.tar' -o ./members
     """
     from packer.read.unpack import unpack as run_unpack
 
-    result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet))
+    result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet),
+                        cache_dir=cache_dir, cache_limit=cache_limit)
     if as_json:
         emit_json(result)
     else:

@@ -37,6 +37,12 @@ class Size(click.ParamType):
         return value if isinstance(value, int) else parse_size(value)
 
 
+def positive_size(ctx, param, value: int | None) -> int | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"{value}: give a size above 0, e.g. 20GB")
+    return value
+
+
 class PartOption(click.Option):
     """A part bound (packer.packing.options.PART_OPTIONS): `{formats}` in its help becomes
     the formats that read it, looked up when the help is shown (so that a command line
@@ -72,6 +78,19 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON instead of text.")
 quiet_option = click.option("--quiet", "-q", is_flag=True,
                             help="No progress bar (none is drawn when stderr is not a terminal).")
+
+
+def cache_options(command):
+    """--cache-dir and --cache-limit: the part cache of s3:// datasets."""
+    command = click.option(
+        "--cache-limit", type=Size(), callback=positive_size,
+        help="s3:// datasets: at most this much in the cache, e.g. --cache-limit 20GB "
+             "(default: 20 GB, and at most 80% of the disk's free space).")(command)
+    return click.option(
+        "--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+        help="s3:// datasets: the folder that parts are downloaded into and read from, "
+             "shared safely by every process that names it, e.g. --cache-dir "
+             "/scratch/packer-cache (default: ~/.cache/packer).")(command)
 
 
 # Options of reading a table, shared by `pack` and `inspect-table`.

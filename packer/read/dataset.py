@@ -14,21 +14,22 @@ from packer.sample import sample_digest
 from packer.storage.url import is_s3
 
 
-def open_packed(path) -> tuple[dict, object]:
+def open_packed(path, cache_dir=None, cache_limit=None) -> tuple[dict, object]:
     """The manifest and the format module of a packed dataset (local or s3://)."""
-    manifest, module, _ = parts_on_disk(path)
+    manifest, module, _ = parts_on_disk(path, cache_dir, cache_limit)
     return manifest, module
 
 
-def parts_on_disk(path) -> tuple[dict, object, Iterator]:
+def parts_on_disk(path, cache_dir=None, cache_limit=None) -> tuple[dict, object, Iterator]:
     """The manifest, the format module, and each part on local disk as the format's
     `read_part` and `verify_part` take it: (part, (path, manifest, record)). A dataset in
-    object storage is downloaded part by part into the cache, each held while in use."""
+    object storage is downloaded part by part into the cache (`cache_dir`, at most
+    `cache_limit`), each held while in use."""
     if is_s3(path):
         from packer.read.remote import RemoteParts
 
-        remote = RemoteParts(path)
-        return remote.manifest, remote.module, _remote_parts(remote)
+        remote = RemoteParts(path, cache_dir, cache_limit)
+        return remote.packed_manifest(), remote.module, _remote_parts(remote)
     manifest = load_manifest(path)
     local = ((part, (Path(path), manifest, part)) for part in manifest["parts"])
     module = format_module(manifest["format"])
@@ -52,11 +53,12 @@ def _remote_parts(remote) -> Iterator:
             yield part, on_disk
 
 
-def iter_samples(path) -> Iterator[dict]:
+def iter_samples(path, cache_dir=None, cache_limit=None) -> Iterator[dict]:
     """Every sample, in order, as a dict of bytes (and int class ids). A part that
     holds another number of samples than the manifest says, or other samples than its
-    digest says, is a DatasetError when its end is reached."""
-    manifest, module, parts = parts_on_disk(path)
+    digest says, is a DatasetError when its end is reached. An s3:// dataset is read
+    through the part cache (`cache_dir`, at most `cache_limit`)."""
+    manifest, module, parts = parts_on_disk(path, cache_dir, cache_limit)
     for part, on_disk in parts:
         seen, digest = 0, hashlib.sha256() if "samples_sha256" in part else None
         for sample in module.read_part(*on_disk):
@@ -149,9 +151,9 @@ def plain_shards(path) -> bool:
 
 def open_parts(path, cache_dir=None, cache_limit=None) -> PackedParts:
     """A packed dataset (a folder with a manifest, or one file), or plain WebDataset shards
-    (`plain_shards`). An `s3://` URL is read through the local cache in `cache_dir`, at
-    most `cache_limit`."""
-    if is_s3(path):
+    (`plain_shards`). An `s3://` URL, or a list of them, is read through the local cache in
+    `cache_dir`, at most `cache_limit`."""
+    if is_s3(path) or (isinstance(path, list | tuple) and any(map(is_s3, path))):
         from packer.read.remote import RemoteParts
 
         return RemoteParts(path, cache_dir, cache_limit)
@@ -161,26 +163,60 @@ def open_parts(path, cache_dir=None, cache_limit=None) -> PackedParts:
     return PackedParts(str(path), manifest=load_manifest(Path(path)))
 
 
+def manifest_or_shards(path, cache_dir=None, cache_limit=None) -> tuple[dict | None, dict]:
+    """For `packer inspect`: (the manifest, {}) of a packed dataset, or (None, what
+    `describe_shards` tells) of plain WebDataset shards, local or in object storage."""
+    if is_s3(path):
+        from packer.read.remote import RemoteParts
+
+        remote = RemoteParts(path, cache_dir, cache_limit)
+        return (remote.manifest, {}) if remote.manifest else (None, _remote_shards(remote))
+    if plain_shards(path):
+        return None, describe_shards(path)
+    return load_manifest(path), {}
+
+
 def describe_shards(path) -> dict:
     """What plain WebDataset shards hold, for `packer inspect`: the samples and bytes
     of each shard, and each field's samples and bytes (local plain shards from their
     index; compressed or remote ones read through)."""
-    fields: dict[str, list[int]] = {}
     parts = []
     for url in shards.expand(path):
         streamed = shards.must_stream(url)
-        count, shard_fields = (shards.fields_streamed(url) if streamed
-                               else _indexed_fields(tarindex.index_shard(url)))
+        count, fields = (shards.fields_streamed(url) if streamed
+                         else _indexed_fields(tarindex.index_shard(url)))
+        size = None if shards.is_remote(url) else Path(url).stat().st_size
+        parts.append((url, count, fields, streamed, size))
+    return _shards_report(str(path), parts)
+
+
+def _remote_shards(remote) -> dict:
+    """`describe_shards` of shards in object storage, from their copies in the cache."""
+    parts = []
+    for [file] in remote.part_files:
+        [held] = remote.hold([file])
+        try:
+            count, fields = _indexed_fields(tarindex.index_shard(str(held.path)))
+        finally:
+            held.release()
+        parts.append((str(file.url), count, fields, False, file.size))
+    return _shards_report(str(remote.path), parts)
+
+
+def _shards_report(path: str, parts: list[tuple]) -> dict:
+    """The report of shards given as (name, samples, {field: [samples, bytes]}, streamed,
+    bytes or None)."""
+    fields: dict[str, list[int]] = {}
+    for _, _, shard_fields, _, _ in parts:
         for name, (samples, size) in shard_fields.items():
             total = fields.setdefault(name, [0, 0])
             total[0] += samples
             total[1] += size
-        parts.append({"name": url, "count": count, "streamed": streamed,
-                      "bytes": None if shards.is_remote(url) else Path(url).stat().st_size})
-    return {"path": str(path), "format": "webdataset", "manifest": None,
-            "count": sum(part["count"] for part in parts),
+    return {"path": path, "format": "webdataset", "manifest": None,
+            "count": sum(part[1] for part in parts),
             "fields": {name: {"count": n, "bytes": size} for name, (n, size) in fields.items()},
-            "parts": parts}
+            "parts": [{"name": name, "count": count, "streamed": streamed, "bytes": size}
+                      for name, count, _, streamed, size in parts]}
 
 
 def _indexed_fields(index: tarindex.ShardIndex) -> tuple[int, dict[str, list[int]]]:

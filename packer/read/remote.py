@@ -7,8 +7,8 @@ What is at the URL decides how it is read:
                                      part by part as the reader reaches them, a format
                                      whose parts share files (LMDB) is downloaded whole
     s3://b/x.h5                      a packed dataset that is one file: downloaded whole
-    s3://b/x/*.tar, s3://b/x.tar     plain WebDataset shards: downloaded once when opened
-                                     to count their samples, then read like packed ones
+    s3://b/x/*.tar, s3://b/x.tar,    plain WebDataset shards: downloaded once when opened
+    s3://b/x/s-{0..9}.tar, a list    to count their samples, then read like packed ones
 
 Each reading process downloads the next AHEAD parts of its share of the epoch in the
 background (one at a time, in order) while it reads one, holds a part only while it
@@ -29,14 +29,14 @@ from pathlib import Path
 
 from braceexpand import braceexpand
 
-from packer.errors import DatasetError, NoSuchDataset
+from packer.errors import DatasetError, NoSuchDataset, UsageProblem
 from packer.formats import format_module, manifest_of_file
 from packer.formats.webdataset import tarindex
 from packer.manifest import DIGEST_KEY, MANIFEST_NAME, check_manifest
 from packer.storage import client
 from packer.storage.cache import PartCache
 from packer.storage.publish import UNFINISHED
-from packer.storage.url import S3Url, parse
+from packer.storage.url import S3Url, is_s3, parse
 
 AHEAD = 2  # parts each reading process downloads ahead of the one it reads
 
@@ -48,10 +48,10 @@ class File:
         self.name, self.url, self.size, self.sha256 = name, url, size, sha256
 
 
-def load_remote_manifest(url: str) -> dict:
+def load_remote_manifest(url: str, cache_dir=None, cache_limit=None) -> dict:
     """The manifest of the packed dataset at `url` (a dataset that is one file is
     downloaded into the cache to read it)."""
-    return RemoteParts(url).manifest
+    return RemoteParts(url, cache_dir, cache_limit).packed_manifest()
 
 
 class RemoteParts:
@@ -59,23 +59,32 @@ class RemoteParts:
     PackedParts): parts with their sample counts, classes, whether runs can start
     anywhere, a reader. Picklable: it travels to the workers without handles."""
 
-    def __init__(self, url: str, cache_dir=None, cache_limit=None):
-        self.path, self.url, self.urls = url, parse(url), None
+    def __init__(self, url, cache_dir=None, cache_limit=None):
+        listed = isinstance(url, list | tuple)  # plain shards, as webdataset takes them
+        shards = listed_shards(url) if listed else None
+        self.path, self.url = (list(url), shards[0]) if listed else (url, parse(url))
         self.cache = PartCache(cache_dir, cache_limit)
         self.manifest = None
         self.part_readers: dict[int, object] = {}  # indexes of parts read in this process
-        manifest_bytes = client.read_bytes(self.url.child(MANIFEST_NAME))
-        if manifest_bytes is not None:
-            self._open_packed(manifest_bytes)
-        elif self.url.key.endswith(".tar") or "{" in self.url.key:
-            self._open_shards(sorted(set(braceexpand(self.url.key))))
+        if listed:
+            self._open_shards(shards)
         else:
-            self._open_listing()
+            self._open_url()
         self.part_counts = ([p["count"] for p in self.manifest["parts"]] if self.manifest
                             else self.part_counts)
         self.classes = self.manifest.get("classes") if self.manifest else None
         size = sum(f.size for files in self.part_files for f in files)
         self.seekable = self.shared is not None or size <= self.cache.limit
+
+    def _open_url(self) -> None:
+        manifest_bytes = client.read_bytes(self.url.child(MANIFEST_NAME))
+        if manifest_bytes is not None:
+            self._open_packed(manifest_bytes)
+        elif self.url.key.endswith(".tar") or "{" in self.url.key:
+            self._open_shards([S3Url(self.url.bucket, key)
+                               for key in sorted(set(braceexpand(self.url.key)))])
+        else:
+            self._open_listing()
 
     @property
     def count(self) -> int:
@@ -83,6 +92,14 @@ class RemoteParts:
 
     def __getstate__(self):  # the part readers of this process stay in it
         return {**self.__dict__, "part_readers": {}}
+
+    def packed_manifest(self) -> dict:
+        """The manifest, or a DatasetError for shards that packer did not pack."""
+        if self.manifest is None:
+            raise DatasetError(f"{self.path}: WebDataset shards, not a packed dataset (no "
+                               f"{MANIFEST_NAME}); `packer inspect`, `packer unpack` and "
+                               "open_dataset read them")
+        return self.manifest
 
     @property
     def module(self):
@@ -133,7 +150,7 @@ class RemoteParts:
         listing = client.list_objects(self.url)
         shards = sorted(name for name in listing if name.endswith(".tar"))
         if shards and UNFINISHED not in listing:
-            return self._open_shards([self.url.child(n).key for n in shards], listing)
+            return self._open_shards([self.url.child(n) for n in shards], listing)
         if listing:
             raise DatasetError(f"{self.url}: holds {len(listing):,} objects but no "
                                f"{MANIFEST_NAME}: an unfinished pack (the run was "
@@ -153,18 +170,21 @@ class RemoteParts:
                                "format finds its manifest in it)")
         check_manifest(self.manifest, self.url)
 
-    def _open_shards(self, keys: list[str], listing: dict | None = None) -> None:
-        """Plain WebDataset shards: each downloaded once to count its samples."""
+    def _open_shards(self, urls: list[S3Url], listing: dict | None = None) -> None:
+        """Plain WebDataset shards (`listing`: of the prefix `self.url`, when listed):
+        each downloaded once to count its samples."""
+        listings = {self.url: listing} if listing is not None else {}
         self.shared, self.part_files = None, []
-        for key in keys:
-            url = S3Url(self.url.bucket, key)
-            name = key[len(self.url.prefix):]
-            found = (listing[name][0], None) if listing and name in listing else client.head(url)
-            if found is None:
+        for url in urls:
+            folder = S3Url(url.bucket, url.key.rpartition("/")[0])
+            if folder not in listings:  # one listing per folder, not a request per shard
+                listings[folder] = client.list_objects(folder)
+            if url.name not in listings[folder]:
                 raise NoSuchDataset(f"{url}: no such shard")
-            self.part_files.append([File(key, url, *found)])
-        self.dataset = _dataset_id(self.url, json.dumps([[f.url.key, f.size, f.sha256]
-                                                          for [f] in self.part_files]))
+            size = listings[folder][url.name][0]
+            self.part_files.append([File(f"{url.bucket}/{url.key}", url, size, None)])
+        self.dataset = _dataset_id(urls[0], json.dumps([[str(f.url), f.size]
+                                                        for [f] in self.part_files]))
         self.part_counts, self._first_fields = [], None
         for files in self.part_files:
             [held] = self.hold(files)
@@ -237,6 +257,33 @@ class RemoteParts:
         reader = RemoteReader(self)
         reader.plan([run.part for run in runs] if runs is not None else None)
         return reader
+
+
+def listed_shards(items) -> list[S3Url]:
+    """The shards that a list of s3:// URLs names (brace patterns expanded), each once."""
+    urls: dict[S3Url, None] = {}  # in the list's order
+    for item in items:
+        if not is_s3(item):
+            raise UsageProblem(f"{item}: not an s3:// URL, in a list of s3:// shards; a list "
+                               "names s3:// shards only, or local (and http(s)://) ones only")
+        for url in map(parse, braceexpand(item)):
+            if not url.key.endswith(".tar"):
+                raise DatasetError(_not_a_shard(url))
+            if url in urls:
+                raise UsageProblem(f"{url}: named twice in the list of shards (its samples "
+                                   "would be read twice an epoch)")
+            urls[url] = None
+    if not urls:
+        raise UsageProblem("an empty list of shards: name at least one")
+    return list(urls)
+
+
+def _not_a_shard(url: S3Url) -> str:
+    if client.read_bytes(url.child(MANIFEST_NAME)) is not None:
+        return (f"{url}: a packed dataset, not a shard; open it by its URL alone (a list "
+                "names plain WebDataset shards)")
+    return (f"{url}: not a .tar shard; a list of s3:// URLs names WebDataset shards, such as "
+            "s3://BUCKET/PREFIX/shard-000000.tar or s3://BUCKET/PREFIX/shard-{000000..000009}.tar")
 
 
 def _dataset_id(url: S3Url, version: str) -> str:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from braceexpand import braceexpand
 
-from packer.errors import DatasetError
+from packer.errors import DatasetError, UsageProblem
 from packer.formats import webdataset
+from packer.manifest import MANIFEST_NAME
 from packer.sample import KEY
 
 _REMOTE = ("http://", "https://", "pipe:")
@@ -56,9 +57,14 @@ def shard_files(folder: Path) -> list[str]:
 def expand(spec) -> list[str]:
     """Shard URLs from a folder of .tar files, a brace pattern, a glob, or a list."""
     if isinstance(spec, list | tuple):
+        if not spec:
+            raise UsageProblem("an empty list of shards: name at least one")
         return [u for item in spec for u in expand(item)]
     spec = str(spec)
     if not is_remote(spec) and Path(spec).is_dir():
+        if (Path(spec) / MANIFEST_NAME).is_file():
+            raise DatasetError(f"{spec}: a packed dataset, not a folder of shards; open it by "
+                               "its path alone (a list names plain WebDataset shards)")
         urls = shard_files(Path(spec))
     elif is_remote(spec):
         urls = list(braceexpand(spec))

@@ -1,7 +1,8 @@
 """Unpacking: a packed dataset back to a folder in the layout it came from. Images
 re-encoded when packed (--resize, --encode) are written as stored, with the extension
 of their stored field (`a.png` packed with --encode jpeg comes back as `a.jpg`, raw
-pixels as `a.rgb.npy`), and the result says so."""
+pixels as `a.rgb.npy`), and the result says so. Plain WebDataset shards (local or
+s3://) come back as their members, each a file named as in the tar."""
 
 import csv
 import json
@@ -13,10 +14,12 @@ from tqdm import tqdm
 from packer.errors import DatasetError, UsageProblem
 from packer.manifest import partial_path
 from packer.packing.transform import reencoded_text
-from packer.read.dataset import iter_samples, label_field, open_packed
+from packer.read.dataset import iter_samples, label_field, open_packed, open_parts, plain_shards
 from packer.sample import KEY, field_bytes, restored_path
+from packer.storage.url import is_s3
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
+SHARD_RUN = 256  # samples of a plain shard read at a time
 
 
 def _safe_relative(path: str, key: str) -> str:
@@ -46,12 +49,9 @@ def _free_name(folder: Path, name: str) -> str:
     return name
 
 
-def _check_output(dataset: Path, out: Path, overwrite: bool) -> None:
-    if Path(dataset).resolve().is_relative_to(out.resolve()):
-        raise UsageProblem(f"-o {out} contains the dataset {dataset}; choose another output")
-    if out.resolve().is_relative_to(Path(dataset).resolve()):
-        raise UsageProblem(f"-o {out} is inside the dataset {dataset}; unpacking there would "
-                           "mix files into it: choose an output outside it")
+def _check_output(dataset, out: Path, overwrite: bool) -> None:
+    if not is_s3(dataset):
+        _check_apart(Path(dataset), out)
     if out.exists() and not out.is_dir():
         raise UsageProblem(f"-o {out} is a file; choose a folder")
     if not out.exists() or not any(out.iterdir()):
@@ -63,42 +63,94 @@ def _check_output(dataset: Path, out: Path, overwrite: bool) -> None:
                            "to replace it, choose another -o")
 
 
-def _write_samples(dataset: Path, manifest: dict, work: Path, progress: bool) -> tuple:
-    """Every sample's files under `work`; returns (files, bytes, labels rows)."""
+def _check_apart(dataset: Path, out: Path) -> None:
+    if dataset.resolve().is_relative_to(out.resolve()):
+        raise UsageProblem(f"-o {out} contains the dataset {dataset}; choose another output")
+    if out.resolve().is_relative_to(dataset.resolve()):
+        raise UsageProblem(f"-o {out} is inside the dataset {dataset}; unpacking there would "
+                           "mix files into it: choose an output outside it")
+
+
+class _Files:
+    """Files written under `work`, their parent folders made once each."""
+
+    def __init__(self, work: Path):
+        self.work, self.made_dirs, self.count, self.bytes = work, {work}, 0, 0
+
+    def write(self, rel: str, key: str, data: bytes) -> str:
+        target = self.work / _safe_relative(rel, key)
+        if target.exists():  # plain shards may repeat a name: never overwrite silently
+            raise DatasetError(f"{rel}: two members of the dataset have this name (the "
+                               f"second in sample {key!r}); unpacking would overwrite one "
+                               "with the other")
+        if target.parent not in self.made_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.made_dirs.add(target.parent)
+        target.write_bytes(data)
+        self.count, self.bytes = self.count + 1, self.bytes + len(data)
+        return rel
+
+
+def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> list:
+    """Every sample's files; returns the labels rows."""
     label = label_field(manifest)
     classes = manifest.get("classes") or []
     with_labels = manifest["source"]["labels"] != "folders"
-    made_dirs, label_rows, files, written = {work}, [], 0, 0
-    for sample in tqdm(iter_samples(dataset), total=manifest["count"], unit="sample",
-                       disable=not progress, desc="unpacking"):
-        paths = []
-        for field, value in sample.items():
-            if field in (KEY, label):
-                continue
-            rel = _safe_relative(restored_path(sample[KEY], field), sample[KEY])
-            target = work / rel
-            if target.parent not in made_dirs:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                made_dirs.add(target.parent)
-            data = value if type(value) is bytes else field_bytes(value)
-            target.write_bytes(data)
-            paths.append(rel)
-            files, written = files + 1, written + len(data)
+    label_rows = []
+    for sample in tqdm(samples, total=manifest["count"], unit="sample", disable=not progress,
+                       desc="unpacking"):
+        paths = [files.write(restored_path(sample[KEY], field), sample[KEY],
+                             value if type(value) is bytes else field_bytes(value))
+                 for field, value in sample.items() if field not in (KEY, label)]
         if with_labels and label in sample and paths:
             label_rows.append((paths[0], classes[sample[label]] if classes else sample[label]))
-    return files, written, label_rows
+    return label_rows
 
 
-def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool = True) -> dict:
+def _write_shards(source, files: _Files, progress: bool) -> None:
+    """Every member of plain shards, named as in the tar (`KEY.FIELD`)."""
+    reader = source.reader()
+    bar = tqdm(total=source.count, unit="sample", disable=not progress, desc="unpacking")
+    try:
+        for part, count in enumerate(source.part_counts):
+            for start in range(0, count, SHARD_RUN):
+                run = reader.read(part, start, min(SHARD_RUN, count - start))
+                for sample in run:
+                    key = sample[KEY]
+                    for field, value in sample.items():
+                        if field != KEY:
+                            files.write(f"{key}.{field}" if field else key, key, value)
+                bar.update(len(run))
+    finally:
+        reader.close()
+        bar.close()
+
+
+def _opened(dataset, cache_dir, cache_limit) -> tuple[dict | None, object]:
+    """(manifest, None) of a packed dataset; (None, its parts) of plain shards."""
+    if is_s3(dataset) or plain_shards(dataset):
+        source = open_parts(dataset, cache_dir, cache_limit)
+        return (None, source) if source.manifest is None else (source.manifest, None)
+    return open_packed(dataset, cache_dir, cache_limit)[0], None
+
+
+def unpack(dataset, out: Path, *, overwrite: bool = False, progress: bool = True,
+           cache_dir=None, cache_limit=None) -> dict:
     """Write every sample's files to `out`, and the labels that no path carries to a
-    labels file; returns counts."""
-    manifest, _ = open_packed(dataset)
+    labels file; returns counts. An s3:// dataset is read through the part cache
+    (`cache_dir`, at most `cache_limit`)."""
+    manifest, shards = _opened(dataset, cache_dir, cache_limit)
     _check_output(dataset, out, overwrite)
     work = partial_path(out)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    files, label_rows = _Files(work), []
     try:
-        files, written, label_rows = _write_samples(dataset, manifest, work, progress)
+        if shards is not None:
+            _write_shards(shards, files, progress)
+        else:
+            label_rows = _write_samples(iter_samples(dataset, cache_dir, cache_limit),
+                                        manifest, files, progress)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -107,9 +159,11 @@ def unpack(dataset: Path, out: Path, *, overwrite: bool = False, progress: bool 
         labels_file = _free_name(work, _labels_file_name(manifest))
         with open(work / labels_file, "w", newline="", encoding="utf-8") as f:
             csv.writer(f).writerows([("filename", "label"), *label_rows])
-    (work / MARKER_NAME).write_text(json.dumps({"dataset": str(Path(dataset).resolve())}))
+    named = dataset if is_s3(dataset) else str(Path(dataset).resolve())
+    (work / MARKER_NAME).write_text(json.dumps({"dataset": named}))
     if out.exists():
         shutil.rmtree(out)
     work.rename(out)
-    return {"output": str(out), "samples": manifest["count"], "files": files, "bytes": written,
-            "labels_file": labels_file, "reencoded": reencoded_text(manifest)}
+    return {"output": str(out), "samples": shards.count if shards else manifest["count"],
+            "files": files.count, "bytes": files.bytes, "labels_file": labels_file,
+            "reencoded": reencoded_text(manifest) if manifest else None}

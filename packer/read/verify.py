@@ -87,9 +87,11 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
-def verify(dataset, against: Path | None = None, progress: bool = True) -> dict:
-    """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all)."""
-    manifest, module, parts = parts_on_disk(dataset)
+def verify(dataset, against: Path | None = None, progress: bool = True, cache_dir=None,
+           cache_limit=None) -> dict:
+    """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all).
+    An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
+    manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
     compare = _comparer(manifest, Path(against)) if against is not None else None
     problems, count = [], 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
