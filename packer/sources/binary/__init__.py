@@ -45,6 +45,10 @@ def claims(path: Path, spec: str | None) -> str | None:
     return BINARY_FOLDER if path.is_dir() else DUMP
 
 
+def claims_url(url: str, spec: str | None) -> None:
+    return None  # a table or a dump in object storage is copied first (the registry says so)
+
+
 def summary_text(manifest: dict) -> None:
     return None  # the summary of every pack says all there is
 

@@ -42,6 +42,10 @@ def claims(path: Path, spec: str | None) -> str | None:
     return EXCEL if suffix in (".xlsx", ".xls") else PARQUET if suffix == ".parquet" else CSV
 
 
+def claims_url(url: str, spec: str | None) -> None:
+    return None  # a table or a dump in object storage is copied first (the registry says so)
+
+
 def summary_text(manifest: dict) -> str:
     """What the pack took from the table: features, labels, rows with gaps."""
     from packer.sources.tables.summary import table_text
