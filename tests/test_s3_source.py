@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_binary_pack import write_imu
 from test_resume import KILL_AFTER_TWO_PARTS
 
 import packer
@@ -25,10 +26,11 @@ def data_files(out: Path) -> dict[str, bytes]:
 
 
 def comparable(manifest: dict) -> dict:
-    """The manifest less its time, its digest and where its source was."""
+    """The manifest less its time, its digest, where its source was and how long its
+    scan took."""
     manifest = {k: v for k, v in manifest.items() if k not in ("created", "manifest_sha256")}
     manifest["source"] = {k: v for k, v in manifest["source"].items()
-                          if k not in ("path", "labels_file")}
+                          if k not in ("path", "labels_file", "scan_seconds")}
     return manifest
 
 
@@ -157,12 +159,13 @@ def test_a_missing_bucket_or_prefix_is_one_clear_error(s3, tmp_path, monkeypatch
     assert "s3://no-such-bucket/x: no such bucket" in missing.output
     empty = run("pack", f"s3://{s3}/nothing", "-o", tmp_path / "o", expect=2)
     assert f"s3://{s3}/nothing: no objects under this prefix" in empty.output
-    client().put_object(Bucket=s3, Key="t.csv", Body=b"a,y\n1,0\n")
-    one = run("pack", f"s3://{s3}/t.csv", "-o", tmp_path / "o", expect=2)
-    assert f"s3://{s3}/t.csv is one object, not a prefix" in one.output
-    dump = run("pack", f"s3://{s3}/d.bin", "--spec", "imu", "-o", tmp_path / "o", expect=2)
-    assert "copy a table or a binary dump first" in dump.output
-    for result in (missing, empty, one, dump):
+    client().put_object(Bucket=s3, Key="photo.jpg", Body=image_bytes(1))
+    one = run("pack", f"s3://{s3}/photo.jpg", "-o", tmp_path / "o", expect=2)
+    assert f"s3://{s3}/photo.jpg: from object storage packer packs a prefix" in one.output
+    client().put_object(Bucket=s3, Key="dumps/d.bin", Body=b"IMU1")
+    folder = run("pack", f"s3://{s3}/dumps", "--spec", "imu", "-o", tmp_path / "o", expect=2)
+    assert "copy anything else first" in folder.output
+    for result in (missing, empty, one, folder):
         assert "Traceback" not in result.output
     assert not (tmp_path / "s3:").exists() and not (tmp_path / "o").exists()
 
@@ -188,3 +191,41 @@ def test_an_unreachable_endpoint_is_one_clear_error(tmp_path, monkeypatch):
 
 def test_pack_help_shows_an_s3_source():
     assert "s3://BUCKET/PREFIX" in run("pack", "--help").output.split("Options:")[0]
+
+
+def test_a_table_and_a_dump_in_a_bucket_pack_from_a_checked_copy(s3, tmp_path):
+    table = tmp_path / "visits.csv"
+    table.write_text("a,b,y\n" + "".join(f"{i},{i * 2},{i % 2}\n" for i in range(30)))
+    dump = tmp_path / "imu.bin"
+    write_imu(dump, 20, "little")
+    upload_folder(tmp_path, s3, "files")
+    for name, args in (("visits.csv", ["--label-column", "y", "--to", "hdf5"]),
+                       ("imu.bin", ["--spec", "imu", "--to", "webdataset"])):
+        run("pack", tmp_path / name, "-o", tmp_path / f"{name}.local", "-q", *args)
+        url = f"s3://{s3}/files/{name}"
+        run("pack", url, "-o", tmp_path / f"{name}.remote", "-q", *args)
+        local, remote = (packer.load_manifest(tmp_path / f"{name}.{where}")
+                         for where in ("local", "remote"))
+        assert remote["source"]["path"] == url
+        assert comparable(remote) == comparable(local)  # the parts' samples_sha256 too
+        if remote["format"] in BYTE_REPRODUCIBLE:
+            assert data_files(tmp_path / f"{name}.remote") == data_files(
+                tmp_path / f"{name}.local")
+    assert not list((tmp_path / "cache-home" / "packer" / "sources").glob("*/*"))
+
+
+def test_a_copy_that_is_not_the_object_is_one_clear_error(s3, tmp_path, monkeypatch):
+    import packer.storage.fetch as fetch
+
+    client().put_object(Bucket=s3, Key="t.csv", Body=b"a,y\n1,0\n2,1\n")
+
+    def damaged(url, file):
+        file.write(b"a,y\n1,0\n2,2\n")
+        return 12, "0" * 64
+
+    monkeypatch.setattr(fetch, "download", damaged)
+    result = run("pack", f"s3://{s3}/t.csv", "--label-column", "y", "-o", tmp_path / "o",
+                 expect=1)
+    assert f"s3://{s3}/t.csv: the copy downloaded (12 bytes) is not the object" in result.output
+    assert not (tmp_path / "o").exists()
+    assert not list((tmp_path / "cache-home" / "packer" / "sources").rglob("t.csv*"))

@@ -146,7 +146,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
     object storage, s3://BUCKET/PREFIX: its objects are listed once and read by the
     workers (or Ray tasks) themselves, with the layout, labels and checks of a local
     folder, and packed to the same bytes; endpoint and credentials from the AWS
-    environment (e.g. AWS_ENDPOINT_URL).
+    environment (e.g. AWS_ENDPOINT_URL). A table or (with --spec) a dump at an s3:// URL
+    is copied to the cache, checked, and packed as the local file.
 
     Classes come from sub-folder names (ImageFolder layout), from --labels, from a
     record field, from a table's --label-column, or there are none. Bad inputs are
@@ -176,6 +177,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
       packer pack ./images --to webdataset -o s3://bucket/images-wds  # parts uploaded as done
       packer pack s3://bucket/raw/images --to webdataset -o ./images-wds --workers 4
+      packer pack s3://bucket/export.xlsx --to hdf5 --label-column diagnosis -o export.h5
     """
     from packer.packing.pipeline import pack as run_pack
 

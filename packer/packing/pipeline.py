@@ -320,10 +320,27 @@ def pack(path, out, options: PackOptions, on_part=None) -> dict:
     if options.engine == "ray":
         check_cluster(options.address)  # before the scan: an error now, not after it
     with output_lock(out):
+        if is_s3(path):
+            from packer.storage.fetch import names_object
+
+            if names_object(path):
+                return _pack_copy(path, out, options, on_part)
         return _pack_locked(path, out, options, on_part)
 
 
-def _pack_locked(path, out: Path, options: PackOptions, on_part) -> dict:
+def _pack_copy(url: str, out: Path, options: PackOptions, on_part) -> dict:
+    """Pack the object at `url` (a table, a dump) from its checked copy in the cache,
+    kept for --resume until the pack is complete."""
+    from packer.storage.fetch import fetch_object, remove_copy
+
+    copy = fetch_object(url)
+    manifest = _pack_locked(copy, out, options, on_part, shown=url)
+    remove_copy(copy)
+    return manifest
+
+
+def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None) -> dict:
+    """Pack `path` (named `shown` in the manifest when given) into `out`."""
     if out.exists() and not options.overwrite:  # written while this run waited to start
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
@@ -353,6 +370,7 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part) -> dict:
             raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
         source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
         manifest = _manifest(source, writer, tally, setup, options)
+        manifest["source"]["path"] = shown or manifest["source"]["path"]
         seal(manifest)
         writer.finish(manifest)
         (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)

@@ -30,8 +30,11 @@ def claim(path: Path, spec: str | None) -> tuple[ModuleType, str] | None:
     written), and which of its kinds the path is; None when the path is missing or no
     kind takes it."""
     if is_s3(path):
+        from packer.storage.fetch import names_object
+
+        one_object = names_object(path)
         return next(((module, kind) for module in source_kinds()
-                     if (kind := module.claims_url(path, spec)) is not None), None)
+                     if (kind := module.claims_url(path, spec, one_object)) is not None), None)
     path = Path(path)
     if not path.exists():
         return None
@@ -48,10 +51,11 @@ def claimed(path: Path, spec: str | None) -> tuple[ModuleType, str]:
     if found is not None:
         return found
     if is_s3(path):
-        raise UsageProblem(f"{path}: from object storage packer packs a folder of files "
-                           "(s3://BUCKET/PREFIX: images or other files, in class folders or "
-                           "with a labels.csv); copy a table or a binary dump first (aws s3 "
-                           f"cp {path} .) and pack the local copy")
+        raise UsageProblem(f"{path}: from object storage packer packs a prefix of files "
+                           "without --spec (s3://BUCKET/PREFIX: a folder of images or other "
+                           "files), or one object that is a table (.csv, .xlsx ...) or, "
+                           "with --spec, a binary dump; copy anything else first (aws s3 cp "
+                           f"--recursive {path} .) and pack the local copy")
     if not Path(path).exists():
         raise UsageProblem(f"{path}: no such file or folder")
     hints = [module.UNCLAIMED for module in source_kinds()]

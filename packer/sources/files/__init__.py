@@ -34,9 +34,9 @@ def summary_text(manifest: dict) -> None:
     return None  # the summary of every pack says all there is
 
 
-def claims_url(url: str, spec: str | None) -> str | None:
+def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
     """An s3:// prefix is a folder of files (listed when it is scanned)."""
-    return FOLDER if not spec else None
+    return FOLDER if not spec and not one_object else None
 
 
 def scan_input(path, options):

@@ -152,7 +152,7 @@ def scan_prefix(url_text: str, options) -> ObjectScan:
 
 def list_prefix(url: S3Url, notes: Notes) -> ObjectTree:
     """The tree of the objects under `url`; a clear error when there are none."""
-    from packer.storage.client import check_bucket, client, head, storage_errors
+    from packer.storage.client import check_bucket, client, storage_errors
 
     tree = ObjectTree()
     with storage_errors(url):
@@ -165,10 +165,5 @@ def list_prefix(url: S3Url, notes: Notes) -> ObjectTree:
     if tree or notes.skipped:
         return tree
     check_bucket(url)
-    if url.key and head(url) is not None:
-        raise UsageProblem(f"{url} is one object, not a prefix of files: from object "
-                           "storage packer packs a folder of files (s3://BUCKET/PREFIX, "
-                           f"e.g. images in class folders); copy a table or a dump first "
-                           f"(aws s3 cp {url} .) and pack the local copy")
     raise UsageProblem(f"{url}: no objects under this prefix; check the bucket and the "
                        f"prefix (aws s3 ls {url}/)")
