@@ -172,7 +172,7 @@ def test_a_ray_pack_of_an_s3_prefix_is_the_local_pack(mixed_folder, tmp_path, cl
     base = ["pack", "--max-count", "4", "-q"]
     run(*base, mixed_folder, "-o", tmp_path / "local")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(read, "read_object", None)  # the driver's copy: never called here
+        patch.setattr(read, "fetch_object", None)  # the driver's copy: never called here
         run(*base, f"s3://{s3}/images", "-o", tmp_path / "ray", "--engine", "ray",
             "--address", cluster)
     local, on_ray = packer.load_manifest(tmp_path / "local"), packer.load_manifest(tmp_path / "ray")

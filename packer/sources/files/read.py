@@ -90,32 +90,43 @@ def read_job(job: tuple[str, str, list[tuple]]) -> list[tuple[dict | None, list]
     return [read_sample(read, source, check) for source in sources]
 
 
-def read_object(prefix, listed: dict, rel_path: str, field: str, check: str):
-    """An object under `prefix` (an S3Url) as `read_input` reads a file, checked against
-    its listing (`listed[rel_path]`: its size and ETag)."""
+def fetch_object(prefix, listed: dict, check: str, file: tuple[str, str]):
+    """(bytes, None) of the object `file` (field, path under `prefix`, an S3Url), or
+    (b"", the reason to skip it): it is not as listed (`listed[path]`, its size and
+    ETag), or its start already says it is not what its name says."""
     from packer.storage.client import get_object
 
+    field, rel_path = file
     size, etag = listed[rel_path]
     url = prefix.child(rel_path)
     if size > HEAD_BYTES:
         head = get_object(url, etag, size, first=64)
-        if isinstance(head, str):
-            return b"", head, []
-        if reason := check_head(field, head, check):
-            return b"", reason, []
+        reason = head if isinstance(head, str) else check_head(field, head, check)
+        if reason:
+            return b"", reason
     data = get_object(url, etag, size)
-    if isinstance(data, str):
-        return b"", data, []
-    return data, *check_input(field, data, check)
+    return (b"", data) if isinstance(data, str) else (data, None)
+
+
+def _checked(fetched: dict, rel_path: str, field: str, check: str):
+    data, reason = fetched[rel_path]
+    return (data, reason, []) if reason else (data, *check_input(field, data, check))
 
 
 def read_object_job(job: tuple) -> list[tuple[dict | None, list]]:
-    """Read and check one unit of worker work made by `ObjectScan.jobs`."""
+    """Read and check one unit of worker work made by `ObjectScan.jobs`: its objects
+    fetched FETCHES at a time, then checked in this thread (a decode check captures
+    what the decoder prints, which threads would mix)."""
+    from packer.storage.client import client
     from packer.storage.url import parse
 
     url, check, sources, listed = job
-    read = partial(read_object, parse(url), listed)
-    return list(_pool().map(lambda source: read_sample(read, source, check), sources))
+    client()  # made once, here: making a client is not thread-safe
+    files = [file for _, sample_files, _ in sources for file in sample_files]
+    fetch = partial(fetch_object, parse(url), listed, check)
+    fetched = {rel: got for (_, rel), got in zip(files, _pool().map(fetch, files), strict=True)}
+    read = partial(_checked, fetched)
+    return [read_sample(read, source, check) for source in sources]
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -11,7 +11,10 @@ The folder is walked twice, folder by folder in sorted order: `scan_folder` coun
 samples and notes what is skipped, `Scan.samples()` yields the samples for packing.
 Only one folder's listing is held at a time, so memory does not grow with the
 file count. Regular files are known from the listing and not stat'ed; reading and
-checking the bytes happen later, in the packing workers, which also count them.
+checking the bytes happen later, in the packing workers, which also count them
+(packer/sources/files/read.py). What is walked is a tree: a folder on disk
+(`LocalTree`), or the listing of an s3:// prefix (packer/sources/files/objects.py),
+so both are taken apart into samples by the same rules.
 """
 
 import hashlib
@@ -203,7 +206,7 @@ def is_junk(name: str) -> bool:
     return name.startswith(".") or name.lower() in JUNK_NAMES
 
 
-FILE = "file"  # what `Tree.kind` says of an entry that is a file
+FILE = "file"  # what a tree's `kind` says of an entry that is a file
 
 
 class LocalTree:
