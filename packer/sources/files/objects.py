@@ -152,16 +152,11 @@ def scan_prefix(url_text: str, options) -> ObjectScan:
 
 def list_prefix(url: S3Url, notes: Notes) -> ObjectTree:
     """The tree of the objects under `url`; a clear error when there are none."""
-    from packer.storage.client import check_bucket, client, storage_errors
+    from packer.storage.client import check_bucket, list_objects
 
     tree = ObjectTree()
-    with storage_errors(url):
-        pages = client().get_paginator("list_objects_v2").paginate(Bucket=url.bucket,
-                                                                   Prefix=url.prefix)
-        for page in pages:
-            for item in page.get("Contents", []):
-                tree.add(item["Key"][len(url.prefix):], Listed(item["Size"], item["ETag"]),
-                         notes)
+    for rel_key, (size, etag) in list_objects(url).items():
+        tree.add(rel_key, Listed(size, etag), notes)
     if tree or notes.skipped:
         return tree
     check_bucket(url)
