@@ -32,7 +32,7 @@ from packer.read.dataset import open_parts
 from packer.read.decode import rgb8_tensor
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
-from packer.sources.files.scan import read_file
+from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 
 

@@ -58,15 +58,21 @@ def moto_server():
     stop_server(process)
 
 
+def aws_environment(endpoint: str, folder) -> dict[str, str]:
+    """The standard AWS variables for `endpoint`, with no ~/.aws file read (for a
+    process of its own, such as a Ray node)."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials")}
+
+
 def point_at(monkeypatch, endpoint: str, tmp_path) -> None:
     """The standard AWS variables set for `endpoint`; no ~/.aws file is read, and the
     default cache is in `tmp_path`."""
     from packer.storage import client
 
-    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    for name, value in {**aws_environment(endpoint, tmp_path),
                         "XDG_CACHE_HOME": str(tmp_path / "cache-home")}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(client, "_CLIENTS", {})  # a client made for another endpoint

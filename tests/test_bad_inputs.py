@@ -117,14 +117,14 @@ def test_read_error_is_skipped(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.jpg").write_bytes(image_bytes(1))
     (root / "b.jpg").write_bytes(image_bytes(2))
-    from packer.sources.files.scan import read_input
+    from packer.sources.files.read import read_input
 
     def failing_read(path, field, check):
         if path.endswith("b.jpg"):
             raise PermissionError(13, "Permission denied")
         return read_input(path, field, check)
 
-    monkeypatch.setattr("packer.sources.files.scan.read_input", failing_read)
+    monkeypatch.setattr("packer.sources.files.read.read_input", failing_read)
     manifest = pack(root, tmp_path / "o", PackOptions(progress=False))
     assert manifest["skipped"] == [{"path": "b.jpg", "reason": "cannot read: Permission denied"}]
     assert manifest["count"] == 1

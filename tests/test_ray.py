@@ -3,6 +3,7 @@ each): the same bytes, manifest and skip reasons as the local engine, a task who
 dies retried, a pack whose tasks keep failing or whose driver is killed left unpublished
 and resumed."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from packer.errors import UsageProblem
 from packer.formats import FORMAT_NAMES
 from packer.packing.options import PackOptions
 from packer.read.dataset import iter_samples
+from s3_server import aws_environment, upload_folder
 
 # Set before Ray is imported, which reads them once: a token of the test cluster's own
 # for its nodes and for the packs' connections, and no usage reports.
@@ -39,9 +41,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _ray_start(*args: str, log: Path) -> subprocess.Popen:
+def _ray_start(*args: str, log: Path, env: dict) -> subprocess.Popen:
     """One Ray node as a process of its own session (--block: it stops its processes
-    when it is stopped), on ports of its own."""
+    when it is stopped), on ports of its own, with `env` added to its environment."""
     ports = [f"--{name}={free_port()}" for name in (
         "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
         "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")]
@@ -49,7 +51,7 @@ def _ray_start(*args: str, log: Path) -> subprocess.Popen:
                "--disable-usage-stats", *ports, *args]
     with open(log, "w") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, **env})
 
 
 ALIVE_NODES = """
@@ -83,17 +85,21 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """The address of a two-node Ray cluster on this machine."""
+def cluster(request):
+    """The address of a two-node Ray cluster on this machine, whose nodes reach the
+    session's S3 server (where the s3 extra is installed) through their own AWS
+    environment, as the nodes of a real cluster do."""
     temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # socket paths must be short
+    env = (aws_environment(request.getfixturevalue("moto_server"), temp)
+           if importlib.util.find_spec("moto") else {})
     port = free_port()
     address = f"127.0.0.1:{port}"
     nodes = [_ray_start("--head", f"--port={port}", "--include-dashboard=false",
                         f"--ray-client-server-port={free_port()}", f"--temp-dir={temp}",
-                        log=temp / "head.log")]
+                        log=temp / "head.log", env=env)]
     try:
         _wait_for(lambda: _alive_nodes(address) >= 1, temp / "head.log")
-        nodes.append(_ray_start(f"--address={address}", log=temp / "node.log"))
+        nodes.append(_ray_start(f"--address={address}", log=temp / "node.log", env=env))
         _wait_for(lambda: _alive_nodes(address) == 2, temp / "node.log")
         # One session for the module's packs, which use a connection this process
         # holds: one session per pack would start and stop many in this process
@@ -157,10 +163,29 @@ def test_a_ray_pack_is_the_local_pack(fmt, mixed_folder, tmp_path, cluster):
     assert list(iter_samples(tmp_path / "local")) == list(iter_samples(tmp_path / "ray"))
 
 
+def test_a_ray_pack_of_an_s3_prefix_is_the_local_pack(mixed_folder, tmp_path, cluster, s3):
+    """The tasks read the objects themselves, on both nodes: a driver that read them
+    could not, the read being patched out of this process."""
+    import packer.sources.files.read as read
+
+    upload_folder(mixed_folder, s3, "images")
+    base = ["pack", "--max-count", "4", "-q"]
+    run(*base, mixed_folder, "-o", tmp_path / "local")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(read, "fetch_object", None)  # the driver's copy: never called here
+        run(*base, f"s3://{s3}/images", "-o", tmp_path / "ray", "--engine", "ray",
+            "--address", cluster)
+    local, on_ray = packer.load_manifest(tmp_path / "local"), packer.load_manifest(tmp_path / "ray")
+    assert on_ray["source"].pop("path") == f"s3://{s3}/images"
+    local["source"].pop("path")
+    assert comparable(local) == comparable(on_ray)
+    assert data_files(tmp_path / "local") == data_files(tmp_path / "ray")
+
+
 def _dies_on(key: str, marker: Path | None):
     """A read_job for the files source whose worker process dies when its job holds the
     sample `key`: once (the first time, when `marker` is given), or every time."""
-    from packer.sources.files.scan import read_job
+    from packer.sources.files.read import read_job
 
     def read_or_die(job):
         if any(sample[0] == key for sample in job[2]):

@@ -26,7 +26,7 @@ from packer.sources.files.checks import CHECK_MODES
 
 
 @click.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source", type=Location())
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "out", type=Location(), required=True,
@@ -64,8 +64,9 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help="Where samples are read and encoded: local worker processes (--workers), "
                    "or tasks on a Ray cluster (pip install 'packer[ray]'; the input at the "
-                   "same path on every node). This process writes the parts, so the output "
-                   "is byte for byte the same with either, and --resume takes either. "
+                   "same path on every node, or in object storage: s3://...). This "
+                   "process writes the parts, so the output is byte for byte the same with "
+                   "either, and --resume takes either. "
                    "E.g. --engine ray --address auto.")
 @click.option("--address", metavar="ADDRESS",
               help="--engine ray: the cluster, as ray.init takes it: auto (this node's "
@@ -141,7 +142,12 @@ from packer.sources.files.checks import CHECK_MODES
 @click.pass_context
 def pack(ctx, source, out, as_json, quiet, **options):
     """Pack SOURCE, a folder of files (or with --spec a binary dump, or a table: .csv,
-    .tsv, .xlsx, .xls, .parquet), into one dataset.
+    .tsv, .xlsx, .xls, .parquet), into one dataset. SOURCE may be a folder of files in
+    object storage, s3://BUCKET/PREFIX: its objects are listed once and read by the
+    workers (or Ray tasks) themselves, with the layout, labels and checks of a local
+    folder, and packed to the same bytes; endpoint and credentials from the AWS
+    environment (e.g. AWS_ENDPOINT_URL). A table or (with --spec) a dump at an s3:// URL
+    is copied to the cache, checked, and packed as the local file.
 
     Classes come from sub-folder names (ImageFolder layout), from --labels, from a
     record field, from a table's --label-column, or there are none. Bad inputs are
@@ -170,6 +176,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
       packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
       packer pack ./images --to webdataset -o s3://bucket/images-wds  # parts uploaded as done
+      packer pack s3://bucket/raw/images --to webdataset -o ./images-wds --workers 4
+      packer pack s3://bucket/export.xlsx --to hdf5 --label-column diagnosis -o export.h5
     """
     from packer.packing.pipeline import pack as run_pack
 

@@ -14,6 +14,7 @@ from packer.formats import DEFAULT_FORMAT, format_module, registered
 from packer.packing.transform import Transform
 from packer.sources import all_kinds, claim, kind_info, source_options
 from packer.sources.base import Applies
+from packer.storage.url import is_s3
 
 
 @dataclass
@@ -85,6 +86,10 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
     file of that name in SOURCE (beside SOURCE, when it is a file)."""
     if labels is None or Path(labels).is_file():
         return labels and Path(labels)
+    if is_s3(source):
+        raise UsageProblem(f"--labels {labels}: no such file in the current folder "
+                           f"({Path.cwd()}); with an s3:// SOURCE, --labels is a local file "
+                           "(a labels.csv at the top of the prefix is used without --labels)")
     folder = Path(source) if Path(source).is_dir() else Path(source).parent
     if not Path(labels).is_absolute() and (folder / labels).is_file():
         return folder / labels

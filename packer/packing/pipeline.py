@@ -34,7 +34,7 @@ from packer.packing.space import check_room, disk_full_reported
 from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
-from packer.sources.files.scan import read_file
+from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 from packer.text import without_addresses
 
@@ -44,15 +44,17 @@ CHUNK = 512  # samples per unit of worker work
 RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS shape)
 
 
-def check_paths(source: Path, out: Path, options: PackOptions) -> None:
+def check_paths(source, out: Path, options: PackOptions) -> None:
     claimed(source, options.spec)
     options.transform()  # a bad --resize or --encode is refused before anything is read
-    src, dst = source.resolve(), out.resolve()
-    if dst.is_relative_to(src):
-        raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
-                           "elsewhere, or it would be packed into itself")
-    if src.is_relative_to(dst):
-        raise UsageProblem(f"-o {out} contains the input {source}; choose another output")
+    if not is_s3(source):  # a local output is never inside a bucket, nor holds one
+        src, dst = Path(source).resolve(), out.resolve()
+        if dst.is_relative_to(src):
+            raise UsageProblem(f"-o {out} is inside the input {source}; write the output "
+                               "elsewhere, or it would be packed into itself")
+        if src.is_relative_to(dst):
+            raise UsageProblem(f"-o {out} contains the input {source}; choose another "
+                               "output")
     if out.exists() and not options.overwrite:
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     if out.is_file() and not is_packed(out):
@@ -124,10 +126,10 @@ def _save_progress(writer, tally: Tally, setup: dict) -> None:
         "parts": writer.parts, "tally": asdict(tally)}, sync=False)
 
 
-def _fail_on(entry: dict, root: Path) -> None:
-    raise BadInputError(f"{root / entry['path']}: {entry['reason']} (--on-error fail stops "
-                        "at the first bad input; the default, --on-error skip, lists it in "
-                        "the manifest and goes on)")
+def _fail_on(entry: dict, root) -> None:
+    raise BadInputError(f"{str(root).rstrip('/')}/{entry['path']}: {entry['reason']} "
+                        "(--on-error fail stops at the first bad input; the default, "
+                        "--on-error skip, lists it in the manifest and goes on)")
 
 
 def _pack_chunk(job: tuple) -> Chunk:
@@ -303,24 +305,42 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
     }
 
 
-def pack(path: Path, out, options: PackOptions, on_part=None) -> dict:
+def pack(path, out, options: PackOptions, on_part=None) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
-    them) into `out` (a local path, or an s3:// URL); returns the manifest.
+    them, or a table; or an s3:// prefix of files) into `out` (a local path, or an
+    s3:// URL); returns the manifest.
     `on_part(folder, part)` is called as each part closes (its files are complete)."""
     if is_s3(out):
         from packer.storage.publish import pack_to_s3
 
         return pack_to_s3(path, out, options)
-    path, out = Path(path), Path(out)
+    path, out = path if is_s3(path) else Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
     if options.engine == "ray":
         check_cluster(options.address)  # before the scan: an error now, not after it
     with output_lock(out):
+        if is_s3(path):
+            from packer.storage.fetch import names_object
+
+            if names_object(path):
+                return _pack_copy(path, out, options, on_part)
         return _pack_locked(path, out, options, on_part)
 
 
-def _pack_locked(path: Path, out: Path, options: PackOptions, on_part) -> dict:
+def _pack_copy(url: str, out: Path, options: PackOptions, on_part) -> dict:
+    """Pack the object at `url` (a table, a dump) from its checked copy in the cache,
+    kept for --resume until the pack is complete."""
+    from packer.storage.fetch import fetch_object, remove_copy
+
+    copy = fetch_object(url)
+    manifest = _pack_locked(copy, out, options, on_part, shown=url)
+    remove_copy(copy)
+    return manifest
+
+
+def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None) -> dict:
+    """Pack `path` (named `shown` in the manifest when given) into `out`."""
     if out.exists() and not options.overwrite:  # written while this run waited to start
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
@@ -350,6 +370,7 @@ def _pack_locked(path: Path, out: Path, options: PackOptions, on_part) -> dict:
             raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
         source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
         manifest = _manifest(source, writer, tally, setup, options)
+        manifest["source"]["path"] = shown or manifest["source"]["path"]
         seal(manifest)
         writer.finish(manifest)
         (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)

@@ -15,7 +15,9 @@ before it and on which inputs are skipped, known only once they are read, so no 
 can know in advance which samples make a whole part; and one writer in one process is
 what makes every format (tar shards, TFRecord parts, one LMDB, one HDF5 file) byte for
 byte the same as `--engine local`, and `--resume` continue after the last closed part
-with either engine. The input must be readable at the same path on every node.
+with either engine. The input must be readable at the same path on every node; an
+s3:// source is read by the tasks themselves, each node's with its own AWS configuration
+(AWS_ENDPOINT_URL, credentials) and client.
 
 A task whose worker process dies, or that raises an OSError, is retried by Ray
 (`RETRIES` times); one that still fails stops the pack with the partial output kept

@@ -9,7 +9,8 @@ import torch
 from packer.read.decode import IMAGE_FIELDS, rgb8_tensor
 from packer.sample import KEY
 from packer.sources.files.checks import check_file
-from packer.sources.files.scan import read_file, scan_folder
+from packer.sources.files.read import read_file
+from packer.sources.files.scan import scan_folder
 
 
 def loose_images(folder: Path) -> list[tuple[str, int]]:

@@ -12,6 +12,7 @@ from types import ModuleType
 
 from packer.errors import UsageProblem
 from packer.sources.base import Applies, Kind
+from packer.storage.url import is_s3
 
 _KINDS = {
     "files": "packer.sources.files",
@@ -25,8 +26,15 @@ def source_kinds() -> list[ModuleType]:
 
 
 def claim(path: Path, spec: str | None) -> tuple[ModuleType, str] | None:
-    """The source kind that takes `path` (with `--spec spec`), and which of its kinds
-    the path is; None when the path is missing or no kind takes it."""
+    """The source kind that takes `path` (with `--spec spec`; an s3:// URL as it is
+    written), and which of its kinds the path is; None when the path is missing or no
+    kind takes it."""
+    if is_s3(path):
+        from packer.storage.fetch import names_object
+
+        one_object = names_object(path)
+        return next(((module, kind) for module in source_kinds()
+                     if (kind := module.claims_url(path, spec, one_object)) is not None), None)
     path = Path(path)
     if not path.exists():
         return None
@@ -42,6 +50,12 @@ def claimed(path: Path, spec: str | None) -> tuple[ModuleType, str]:
     found = claim(path, spec)
     if found is not None:
         return found
+    if is_s3(path):
+        raise UsageProblem(f"{path}: from object storage packer packs a prefix of files "
+                           "without --spec (s3://BUCKET/PREFIX: a folder of images or other "
+                           "files), or one object that is a table (.csv, .xlsx ...) or, "
+                           "with --spec, a binary dump; copy anything else first (aws s3 cp "
+                           f"--recursive {path} .) and pack the local copy")
     if not Path(path).exists():
         raise UsageProblem(f"{path}: no such file or folder")
     hints = [module.UNCLAIMED for module in source_kinds()]
@@ -52,7 +66,7 @@ def claimed(path: Path, spec: str | None) -> tuple[ModuleType, str]:
 def open_source(path: Path, options):
     """The scanned source for `path`, and the function its jobs are read with."""
     module, _ = claimed(path, options.spec)
-    return module.scan_input(Path(path), options)
+    return module.scan_input(path if is_s3(path) else Path(path), options)
 
 
 def kind_info(kind: str) -> Kind:

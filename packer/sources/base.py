@@ -10,6 +10,10 @@ ask which one claims a path) and declares:
     UNCLAIMED    what a path must be for this kind, for the error when no kind claims it
     RECORDED_AS  the manifest's `source.kind` values its sources write
     claims(path, spec) -> kind or None
+    claims_url(url, spec, one_object) -> the kind an s3:// URL is taken for, or None;
+                 `one_object`: the URL is the key of an object, which packing copies to
+                 the cache and scans as a local file (otherwise a prefix, which the kind's
+                 scan_input takes as the URL)
     scan_input(path, options) -> (Source, read_job): the scanned input, and the
                  module-level function a packing worker runs on each of its jobs
     summary_text(manifest) -> what a pack summary adds for this kind, or None

@@ -18,6 +18,7 @@ from packer.storage.url import S3Url
 
 DIGEST_METADATA = "sha256"  # x-amz-meta-sha256: the object's sha256, set by packer's uploads
 _READ_BYTES = 1 << 20
+_BODY_ATTEMPTS = 3  # GETs of an object whose body is cut short (boto3 retries the request)
 _CLIENTS: dict[int, object] = {}  # by process id: a client never crosses a fork
 _CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
                      "InvalidClientTokenId", "ExpiredToken", "InvalidToken", "403"}
@@ -36,8 +37,9 @@ def client():
         except ImportError:
             raise PackerError("s3:// URLs need boto3, which packer installs with its s3 "
                               "extra: pip install 'packer[s3]'") from None
+        # connections: as many as the GETs a packing worker makes at once (read.FETCHES)
         config = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=10,
-                        read_timeout=60)
+                        read_timeout=60, max_pool_connections=16)
         _CLIENTS.clear()
         _CLIENTS[os.getpid()] = boto3.session.Session().client("s3", config=config)
     return _CLIENTS[os.getpid()]
@@ -136,6 +138,34 @@ def read_bytes(url: S3Url) -> bytes | None:
                 check_bucket(url)
                 return None
             raise
+
+
+def get_object(url: S3Url, etag: str, size: int, first: int | None = None) -> bytes | str:
+    """The object's bytes (its first `first` bytes, by a ranged GET) when it is still as
+    listed (`etag`, `size` bytes); otherwise the reason to skip it: gone, or changed."""
+    from botocore.exceptions import ClientError, IncompleteReadError, ResponseStreamingError
+
+    ranged = {"Range": f"bytes=0-{first - 1}"} if first else {}
+    with storage_errors(url):
+        for attempt in range(1, _BODY_ATTEMPTS + 1):
+            try:
+                answer = client().get_object(Bucket=url.bucket, Key=url.key, **ranged)
+            except ClientError as err:
+                if _missing(err):
+                    return "deleted after the prefix was listed"
+                raise
+            now = (int(answer["ContentRange"].rpartition("/")[2]) if first
+                   else answer["ContentLength"])
+            if now != size or answer["ETag"] != etag:
+                return (f"changed after the prefix was listed ({size:,} bytes, ETag {etag} "
+                        f"then; {now:,} bytes, ETag {answer['ETag']} now)")
+            try:
+                return answer["Body"].read()
+            except (IncompleteReadError, ResponseStreamingError) as err:
+                if attempt == _BODY_ATTEMPTS:
+                    raise StorageError(f"{url}: the download was cut short "
+                                       f"{_BODY_ATTEMPTS} times ({err}); check the network "
+                                       "and run the same command again") from None
 
 
 def download(url: S3Url, file) -> tuple[int, str]:

@@ -45,6 +45,10 @@ def claims(path: Path, spec: str | None) -> str | None:
     return BINARY_FOLDER if path.is_dir() else DUMP
 
 
+def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
+    return DUMP if spec and one_object else None  # a prefix of binary files: copied first
+
+
 def summary_text(manifest: dict) -> None:
     return None  # the summary of every pack says all there is
 

@@ -31,7 +31,8 @@ from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
 from packer.sources.base import Source
-from packer.sources.files.scan import SIDECAR_FIELDS, read_file, scan_folder
+from packer.sources.files.read import read_file
+from packer.sources.files.scan import SIDECAR_FIELDS, scan_folder
 
 
 class BinaryDump(Source):

@@ -1,7 +1,8 @@
 """The `files` source kind: a folder of files, one sample per file (or per stem group).
 
-    scan.py     walk the folder into samples (layout, labels, sidecars, symlinks); read
-                and check one sample in a worker
+    scan.py     walk the folder into samples (layout, labels, sidecars, symlinks)
+    objects.py  an s3:// prefix listed into the tree that scan.py walks
+    read.py     read and check one sample in a worker (from disk, or from S3)
     labels.py   filename,label CSV files
     checks.py   cheap signature and end-marker checks, optional full decode
     compare.py  `packer verify --against`: packed samples against the source folder
@@ -33,9 +34,23 @@ def summary_text(manifest: dict) -> None:
     return None  # the summary of every pack says all there is
 
 
-def scan_input(path: Path, options):
-    """The scanned folder, and the function its jobs are read with."""
-    from packer.sources.files.scan import read_job, scan_folder
+def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
+    """An s3:// prefix is a folder of files (listed when it is scanned)."""
+    return FOLDER if not spec and not one_object else None
+
+
+def scan_input(path, options):
+    """The scanned folder (a local path, or an s3:// prefix), and the function its jobs
+    are read with."""
+    from packer.storage.url import is_s3
+
+    if is_s3(path):
+        from packer.sources.files.objects import scan_prefix
+        from packer.sources.files.read import read_object_job
+
+        return scan_prefix(path, options), read_object_job
+    from packer.sources.files.read import read_job
+    from packer.sources.files.scan import scan_folder
 
     scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
                        group_by_stem=options.group_by_stem,

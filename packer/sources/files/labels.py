@@ -11,6 +11,7 @@ labels file without `--labels` (and is not packed); `--unlabelled` packs it as a
 """
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -33,11 +34,11 @@ def labels_in_folder(root: Path) -> Path | None:
     return next((root / name for name in LABELS_NAMES if (root / name).is_file()), None)
 
 
-def _lines(path: Path, encoding: str | None) -> tuple[list[str], str]:
+def _lines(path: Path, encoding: str | None, data: bytes | None) -> tuple[list[str], str]:
     from packer.tables.readers import SAMPLE_BYTES, detect_encoding
 
     try:
-        data = Path(path).read_bytes()
+        data = Path(path).read_bytes() if data is None else data
         encoding = encoding or detect_encoding(path, data[:SAMPLE_BYTES])
         return data.decode(encoding).splitlines(), encoding
     except (OSError, UnicodeDecodeError, LookupError) as err:
@@ -58,21 +59,24 @@ def _relative(name: str) -> str:
     return PurePosixPath(name.replace("\\", "/")).as_posix()
 
 
-def _is_header(rows: list[tuple[int, list[str]]], root: Path) -> bool:
+def _is_header(rows: list[tuple[int, list[str]]], has_file: Callable[[str], bool]) -> bool:
     first, rest = rows[0][1], [row for _, row in rows[1:]]
     if first[0].lower() in _HEADER_WORDS:
         return True
-    if (root / _relative(first[0])).is_file() or first[1:2] in (row[1:2] for row in rest):
+    if has_file(_relative(first[0])) or first[1:2] in (row[1:2] for row in rest):
         return False
-    return any((root / _relative(row[0])).is_file() for row in rest[:_HEADER_LOOKAHEAD])
+    return any(has_file(_relative(row[0])) for row in rest[:_HEADER_LOOKAHEAD])
 
 
-def read_labels_file(path: Path, root: Path, encoding: str | None = None) -> LabelsFile:
-    """The labels of `filename,label` rows, paths relative to root. Two rows that give
-    one file different labels are an error."""
-    lines, encoding = _lines(path, encoding)
+def read_labels_file(path: Path, has_file: Callable[[str], bool], encoding: str | None = None,
+                     data: bytes | None = None) -> LabelsFile:
+    """The labels of `filename,label` rows, paths relative to the packed folder, in which
+    `has_file(path)` says whether there is a file (to tell a header row). The file is
+    read from `path`, or is `data` when given (`path` then only names it). Two rows that
+    give one file different labels are an error."""
+    lines, encoding = _lines(path, encoding, data)
     rows, header = _rows(lines), None
-    if rows and _is_header(rows, root):
+    if rows and _is_header(rows, has_file):
         header, rows = rows[0][1], rows[1:]
     labels: dict[str, tuple[str, int]] = {}
     for line, row in rows:

@@ -11,7 +11,10 @@ The folder is walked twice, folder by folder in sorted order: `scan_folder` coun
 samples and notes what is skipped, `Scan.samples()` yields the samples for packing.
 Only one folder's listing is held at a time, so memory does not grow with the
 file count. Regular files are known from the listing and not stat'ed; reading and
-checking the bytes happen later, in the packing workers, which also count them.
+checking the bytes happen later, in the packing workers, which also count them
+(packer/sources/files/read.py). What is walked is a tree: a folder on disk
+(`LocalTree`), or the listing of an s3:// prefix (packer/sources/files/objects.py),
+so both are taken apart into samples by the same rules.
 """
 
 import hashlib
@@ -20,12 +23,11 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from packer.errors import PackerError
 from packer.sample import disambiguate, encode_key, split_name
 from packer.sources.base import Source
-from packer.sources.files.checks import check_head, check_input
 from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
@@ -73,6 +75,7 @@ class Scan(Source):
     notes: Notes = field(default_factory=Notes)
     unmatched_labels: list[str] = field(default_factory=list)
     top_files: list[str] = field(default_factory=list)  # beside sub-folders: not an ImageFolder
+    tree: object = None  # what the walk lists: a LocalTree, or an ObjectTree of a prefix
 
     kind = "files"
 
@@ -110,10 +113,19 @@ class Scan(Source):
                     return str(self.root / rel_path)
         return None
 
+    def fingerprinted(self, sample: SampleFiles) -> tuple:
+        """What the fingerprint of the listing takes of a sample (a resumed pack refuses
+        another fingerprint; a file edited in place, `modified_since`)."""
+        return sample.files, sample.label
+
+    def where(self) -> str:
+        """The source as the manifest names it."""
+        return str(self.root.resolve())
+
     def describe(self, options) -> dict:
         """What the manifest says of this source, beside the common entries."""
         return {
-            "source": {"kind": "files", "path": str(self.root.resolve()),
+            "source": {"kind": "files", "path": self.where(),
                        "labels": self.label_source, "labels_file": self.labels_file,
                        "labels_read": self.labels_read, "samples": self.count,
                        "bytes": self.input_bytes,
@@ -127,7 +139,7 @@ class Scan(Source):
     def samples(self, notes: Notes | None = None) -> Iterator[SampleFiles]:
         """Every sample in order; what is skipped on the way goes to `notes`."""
         notes = notes if notes is not None else Notes()
-        walk = _walk(self, Path(self.root), "", {_dir_id(self.root)}, notes)
+        walk = _walk(self, self.tree.top(), "", notes)
         for folder, files in walk:
             yield from self._folder_samples(folder, files, notes)
 
@@ -190,52 +202,88 @@ def _dir_id(path: Path) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _is_junk(name: str) -> bool:
+def is_junk(name: str) -> bool:
     return name.startswith(".") or name.lower() in JUNK_NAMES
 
 
-def _walk(scan: Scan, folder: Path, rel: str, ancestors: set, notes: Notes) -> Iterator:
+FILE = "file"  # what a tree's `kind` says of an entry that is a file
+
+
+class LocalTree:
+    """A folder on disk as the walk lists it: regular files known from the listing (no
+    stat), symlinks followed or not, and a folder that contains itself skipped.
+
+    A tree (this one, or packer.sources.files.objects.ObjectTree) offers the walk
+    `top()`, the handle of its top folder; `entries(handle, rel, notes)`, a folder's
+    (name, entry) pairs sorted by name; `kind(handle, entry, rel_path, notes)`: FILE, the
+    handle of a sub-folder, or None for an entry it skipped (noted); and
+    `top_names(exclude)`, the (folders, files) at the top."""
+
+    def __init__(self, root: Path, follow_symlinks: bool):
+        self.root, self.follow = Path(root), follow_symlinks
+
+    def top(self) -> tuple[Path, frozenset]:
+        return self.root, frozenset({_dir_id(self.root)})
+
+    def entries(self, handle, rel: str, notes: Notes) -> list:
+        try:
+            return sorted(((e.name, e) for e in os.scandir(handle[0])), key=lambda e: e[0])
+        except OSError as err:
+            notes.skipped.append({"path": rel or ".",
+                                  "reason": f"cannot list folder: {err.strerror}"})
+            return []
+
+    def kind(self, handle, entry: os.DirEntry, rel_path: str, notes: Notes):
+        if entry.is_file(follow_symlinks=False):  # known from the listing
+            return FILE
+        info = _entry_stat(self.follow, entry, rel_path, notes)
+        if info is None:
+            return None
+        if stat.S_ISDIR(info.st_mode):
+            dir_id = (info.st_dev, info.st_ino)
+            if dir_id in handle[1]:
+                notes.skipped.append({"path": rel_path, "reason": "symlink loop: points to a "
+                                      "folder that contains it; not followed"})
+                return None
+            found = (Path(entry.path), handle[1] | {dir_id})
+        elif stat.S_ISREG(info.st_mode):
+            found = FILE
+        else:
+            notes.skipped.append({"path": rel_path, "reason": "not a regular file "
+                                  "(a pipe, socket or device)"})
+            return None
+        if entry.is_symlink():  # followed: an unfollowed one returned no stat
+            notes.symlinks += 1
+        return found
+
+    def top_names(self, exclude: set[str]) -> tuple[list[str], list[str]]:
+        names = sorted(e.name for e in os.scandir(self.root)
+                       if not is_junk(e.name) and e.name not in exclude)
+        files = [name for name in names if os.path.isfile(self.root / name)]
+        return [name for name in names if os.path.isdir(self.root / name)], files
+
+
+def _walk(scan: Scan, handle, rel: str, notes: Notes) -> Iterator:
     """(relative folder with trailing slash, [file name, ...]) for each folder."""
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError as err:
-        notes.skipped.append({"path": rel or ".", "reason": f"cannot list folder: {err.strerror}"})
-        return
+    entries = scan.tree.entries(handle, rel, notes)
     files, subfolders = [], []
-    for entry in entries:
-        rel_path = f"{rel}{entry.name}"
-        if _is_junk(entry.name):
+    for name, entry in entries:
+        rel_path = f"{rel}{name}"
+        if is_junk(name):
             notes.ignored.append({"path": rel_path, "reason": "hidden file or OS junk"})
             continue
         if rel_path in scan.exclude:
             continue
-        if entry.is_file(follow_symlinks=False):  # known from the listing
-            files.append(entry.name)
-            continue
-        info = _entry_stat(scan.follow_symlinks, entry, rel_path, notes)
-        if info is None:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            dir_id = (info.st_dev, info.st_ino)
-            if dir_id in ancestors:
-                notes.skipped.append({"path": rel_path, "reason": "symlink loop: points to a "
-                                      "folder that contains it; not followed"})
-                continue
-            subfolders.append((entry, dir_id))
-        elif stat.S_ISREG(info.st_mode):
-            files.append(entry.name)
-        else:
-            notes.skipped.append({"path": rel_path, "reason": "not a regular file "
-                                  "(a pipe, socket or device)"})
-            continue
-        if entry.is_symlink():  # followed: an unfollowed one returned no stat
-            notes.symlinks += 1
+        found = scan.tree.kind(handle, entry, rel_path, notes)
+        if found == FILE:
+            files.append(name)
+        elif found is not None:
+            subfolders.append((name, found))
     del entries  # a big folder's entries hold stat results; free them before going on
     if files:
         yield rel, files
-    for entry, dir_id in subfolders:
-        yield from _walk(scan, Path(entry.path), f"{rel}{entry.name}/", ancestors | {dir_id},
-                         notes)
+    for name, sub in subfolders:
+        yield from _walk(scan, sub, f"{rel}{name}/", notes)
 
 
 def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
@@ -256,14 +304,6 @@ def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
         return None
 
 
-def _top_entries(root: Path, exclude: set[str]) -> tuple[list[str], list[str]]:
-    """The top-level (folders, files): class folders when there are no files."""
-    names = sorted(e.name for e in os.scandir(root)
-                   if not _is_junk(e.name) and e.name not in exclude)
-    files = [name for name in names if os.path.isfile(root / name)]
-    return [name for name in names if os.path.isdir(root / name)], files
-
-
 def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = False,
                 group_by_stem: bool = False, follow_symlinks: bool = True,
                 labels_encoding: str | None = None) -> Scan:
@@ -271,27 +311,43 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     root = Path(root)
     if not root.is_dir():
         raise PackerError(f"{root}: not a folder")
-    scan = Scan(root, group_by_stem, follow_symlinks)
+    scan = Scan(root, group_by_stem, follow_symlinks, tree=LocalTree(root, follow_symlinks))
     in_folder = labels is None and not unlabelled and labels_in_folder(root)
     if in_folder:
         labels = in_folder
     if labels is not None:
-        found = _read_labels(labels, root, labels_encoding, bool(in_folder))
-        scan.classes, scan.labels, numbering = label_ids(found.labels)
-        scan.label_source, scan.labels_file = "labels-file", str(labels)
-        scan.labels_read = {"encoding": found.encoding, "header": found.header,
-                            "ids": numbering, "found_in_source": bool(in_folder)}
-        if labels.resolve().is_relative_to(root.resolve()):
-            scan.exclude.add(labels.resolve().relative_to(root.resolve()).as_posix())
-    elif not unlabelled:
-        folders, files = _top_entries(root, scan.exclude)
+        found = read_labels(labels, lambda rel: (root / rel).is_file(), labels_encoding,
+                            bool(in_folder))
+        inside = labels.resolve().is_relative_to(root.resolve())
+        use_labels(scan, found, str(labels), bool(in_folder),
+                   labels.resolve().relative_to(root.resolve()).as_posix() if inside else None)
+    return count_samples(scan, folders_layout=labels is None and not unlabelled)
+
+
+def use_labels(scan: Scan, found, labels_file: str, in_folder: bool,
+               inside: str | None) -> None:
+    """Label the scan's samples from a labels file read (`found`); `inside` is its path
+    in the folder, if it is there (it is not packed)."""
+    scan.classes, scan.labels, numbering = label_ids(found.labels)
+    scan.label_source, scan.labels_file = "labels-file", labels_file
+    scan.labels_read = {"encoding": found.encoding, "header": found.header,
+                        "ids": numbering, "found_in_source": in_folder}
+    if inside is not None:
+        scan.exclude.add(inside)
+
+
+def count_samples(scan: Scan, folders_layout: bool) -> Scan:
+    """The class folders (when `folders_layout` and the top holds only folders), then the
+    samples counted and fingerprinted in one walk."""
+    if folders_layout:
+        folders, files = scan.tree.top_names(scan.exclude)
         scan.top_files = files if folders else []
         if folders and not files:
             scan.classes, scan.label_source = folders, "folders"
             scan.class_ids = {name: i for i, name in enumerate(scan.classes)}
     digest, listing = hashlib.sha256(), []
     for sample in scan.samples(scan.notes):
-        listing.append((sample.files, sample.label))
+        listing.append(scan.fingerprinted(sample))
         if len(listing) == 1000:
             _count(scan, listing, digest)
     _count(scan, listing, digest)
@@ -303,84 +359,22 @@ def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = Fa
     return scan
 
 
-def _read_labels(path: Path, root: Path, encoding: str | None, in_folder: bool):
+def read_labels(path, has_file, encoding: str | None, in_folder: bool, data=None):
+    """The labels file at `path` (its bytes `data` when given: `path` only names it);
+    `has_file(relative path)` says whether the folder holds a file."""
     try:
-        return read_labels_file(path, root, encoding)
+        return read_labels_file(path, has_file, encoding, data)
     except PackerError as err:
         if not in_folder:
             raise
-        raise PackerError(f"{err} ({path.name} at the top of the folder is taken for its "
-                          "labels file; pass --labels to name another, or --unlabelled to "
-                          "pack it as a file)") from None
+        raise PackerError(f"{err} ({PurePosixPath(str(path)).name} at the top of the folder "
+                          "is taken for its labels file; pass --labels to name another, or "
+                          "--unlabelled to pack it as a file)") from None
 
 
 def _count(scan: Scan, listing: list, digest) -> None:
     """Add a run of (files, label) to the scan's counts and fingerprint, then empty it."""
     scan.count += len(listing)
-    scan.fields.update(field_name for files, _ in listing for field_name, _ in files)
+    scan.fields.update(field_name for files, *_ in listing for field_name, _ in files)
     digest.update(repr(listing).encode("utf-8", "surrogateescape"))
     listing.clear()
-
-
-HEAD_BYTES = 1 << 20  # a file larger than this is read whole only once its start passes
-
-
-def read_input(path: str, field: str, check: str) -> tuple[bytes, str | None, list[str]]:
-    """An input file's bytes, the reason to skip it (None for a good file) and the
-    warnings its check gave. A big file whose first bytes already say it is not what
-    its name says is not read."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        if size > HEAD_BYTES and (reason := check_head(field, os.pread(fd, 64, 0), check)):
-            return b"", reason, []
-        data = _read_all(fd, size)
-    finally:
-        os.close(fd)
-    return data, *check_input(field, data, check)
-
-
-def read_file(path: str) -> bytes:
-    """A whole file, in as few system calls as a small file allows."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return _read_all(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    chunks = [os.read(fd, size + 1)]
-    if len(chunks[0]) != size:  # grown since the stat, or a short read of a big file
-        while chunk := os.read(fd, 1 << 24):
-            chunks.append(chunk)
-    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
-
-
-def read_sample(root: str, source: tuple, check: str) -> tuple[dict | None, list]:
-    """The sample (key, files, label) read into a dict and the warnings of its files
-    ({"path", "warnings"} entries), or None and the skip entries of its files."""
-    key, files, label = source
-    sample: dict = {"__key__": key}
-    warned = []
-    for field_name, rel_path in files:
-        try:
-            data, reason, warnings = read_input(f"{root}/{rel_path}", field_name, check)
-        except OSError as err:
-            reason, warnings = f"cannot read: {err.strerror}", []
-        if reason:
-            others = [{"path": p, "reason": f"belongs to the sample of {rel_path}, which "
-                       "was skipped"} for _, p in files if p != rel_path]
-            return None, [{"path": rel_path, "reason": reason}, *others]
-        if warnings:
-            warned.append({"path": rel_path, "warnings": warnings})
-        sample[field_name] = data
-    if label is not None:
-        sample["cls"] = label
-    return sample, warned
-
-
-def read_job(job: tuple[str, str, list[SampleFiles]]) -> list[tuple[dict | None, list]]:
-    """Read and check one unit of worker work made by `Scan.jobs`."""
-    root, check, sources = job
-    return [read_sample(root, source, check) for source in sources]

@@ -36,10 +36,18 @@ def against(manifest: dict, path: Path):
 
 
 def claims(path: Path, spec: str | None) -> str | None:
+    return _table_kind(path) if not spec and path.is_file() else None
+
+
+def _table_kind(path) -> str | None:
     suffix = table_suffix(path)
-    if spec or not path.is_file() or suffix not in TABLE_SUFFIXES:
+    if suffix not in TABLE_SUFFIXES:
         return None
     return EXCEL if suffix in (".xlsx", ".xls") else PARQUET if suffix == ".parquet" else CSV
+
+
+def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
+    return _table_kind(url) if one_object and not spec else None
 
 
 def summary_text(manifest: dict) -> str:
