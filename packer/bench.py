@@ -186,10 +186,10 @@ def cat_rate(reader: Contender, cold: bool) -> float:
 
 def decode_limit(reader: Contender, image_size: int, sample_count: int = 500) -> float:
     """Single-core decode+resize rate of the reader's images, times the cores."""
-    images = [read_file(p) for p in reader.files[:sample_count]]
+    images = [(read_file(p), Path(p).suffix[1:].lower()) for p in reader.files[:sample_count]]
     began = time.perf_counter()
-    for data in images:
-        rgb8_tensor(data, (image_size, image_size))
+    for data, kind in images:
+        rgb8_tensor(data, (image_size, image_size), kind)
     rate = len(images) / (time.perf_counter() - began)
     return rate * (os.cpu_count() or 1)
 

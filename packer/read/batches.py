@@ -119,7 +119,8 @@ def collate_with_pixels(samples: list[dict], field: str, collate) -> dict:
     fields by `collate`."""
     keys = [sample[KEY] for sample in samples]
     pixels = pixel_batch([sample[field] for sample in samples], field, keys)
-    rest = collate([{n: v for n, v in sample.items() if n != field} for sample in samples])
+    # each image's row number stands in for it, so that `collate` sees every field
+    rest = collate([{**sample, field: row} for row, sample in enumerate(samples)])
     rest[field] = pixels
     return rest
 

@@ -33,8 +33,8 @@ from packer.read.batches import (
     shipped,
 )
 from packer.read.dataset import PackedParts, open_parts
-from packer.read.decode import Decoder, image_field
-from packer.sample import KEY, RAW_IMAGE_FIELD
+from packer.read.decode import Decoder, image_field, is_image_field
+from packer.sample import KEY
 from packer.text import without_addresses
 
 ON_ERROR = ("warn", "skip", "raise")
@@ -132,7 +132,7 @@ class PackedDataset(IterableDataset):
             samples = self._counted(samples)
         if batching is None:
             return samples
-        collate = (partial(collate_with_pixels, field=RAW_IMAGE_FIELD, collate=collate_samples)
+        collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
         if planned:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
@@ -165,10 +165,11 @@ class PackedDataset(IterableDataset):
             yield sample
 
     def _pixels_as_arrays(self) -> bool:
-        """Whether stored pixels go into batches straight from the bytes read: raw
-        datasets decoded to rgb8 that no transform or decoder of the user's sees."""
-        return (self.image_field == RAW_IMAGE_FIELD and self.decoder.mode == "rgb8"
-                and self.transform is None and RAW_IMAGE_FIELD not in self.decoder.decoders)
+        """Whether images go into batches as (H, W, 3) arrays, each copied once into the
+        batch's buffer (stored pixels straight from the bytes read): images decoded to
+        rgb8 that no transform or decoder of the user's sees."""
+        return (self.required_image is not None and self.transform is None
+                and not any(is_image_field(name) for name in self.decoder.decoders))
 
     def iter_worker(self, worker: int, num_workers: int, arrays: bool = False,
                     holes: bool = False):
