@@ -103,3 +103,18 @@ def test_damaged_jpegs_still_fail_and_other_formats_still_decode():
     photo(20, 10).save(png, "PNG")
     assert jpeg_rgb(png.getvalue(), None) is None
     assert rgb8_tensor(png.getvalue(), None, "jpg").shape == (3, 10, 20)
+
+
+def test_the_resize_without_torchs_kernel_gives_the_same_pixels(monkeypatch):
+    from packer.read import decode
+
+    chw = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 40, 30), np.uint8))
+    hwc = chw.permute(1, 2, 0).contiguous().permute(2, 0, 1)  # the same, channels last
+    expected = F.interpolate(chw[None], size=(12, 9), mode="bilinear", antialias=True)[0]
+    for kernel in (decode._RESIZE_KERNEL, None):
+        monkeypatch.setattr(decode, "_RESIZE_KERNEL", kernel)
+        for pixels in (chw, hwc):
+            for channels_last in (True, False):
+                out = decode.resized_tensor(pixels, (12, 9), channels_last=channels_last)
+                assert torch.equal(out, expected)
+                assert out.permute(1, 2, 0).is_contiguous() == channels_last

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from packer.read.jpeg import jpeg_rgb
@@ -130,10 +131,19 @@ def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None,
         out = torch.empty((*size, 3), dtype=torch.uint8).permute(2, 0, 1)
     else:
         out = torch.empty((3, *size), dtype=torch.uint8)
-    # F.interpolate(mode="bilinear", antialias=True)'s own kernel, called without its
-    # argument handling: that takes a third of the time on a small image
-    torch._C._nn._upsample_bilinear2d_aa(pixels[None], size, False, out=out[None])
+    if channels_last != pixels.permute(1, 2, 0).is_contiguous():  # the kernel wants alike
+        pixels = (pixels.permute(1, 2, 0).contiguous().permute(2, 0, 1) if channels_last
+                  else pixels.contiguous())
+    if _RESIZE_KERNEL is None:
+        out[None].copy_(F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True))
+    else:
+        _RESIZE_KERNEL(pixels[None], size, False, out=out[None])
     return out
+
+
+# F.interpolate(mode="bilinear", antialias=True)'s own kernel, called without its argument
+# handling (a third of the time on a small image); a torch without it takes F.interpolate
+_RESIZE_KERNEL = getattr(torch._C._nn, "_upsample_bilinear2d_aa", None)
 
 
 def field_kind(name: str) -> str:
