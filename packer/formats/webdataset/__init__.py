@@ -42,6 +42,7 @@ SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
 PART_KEYS = (("name",), ("sha256",))
 READ_ERRORS = (*protocol.READ_ERRORS, tarfile.TarError)
 SHARD_NAME = "shard-{:06d}.tar"
+INDEX_SUFFIX = ".idx"  # each shard's saved index (packer.formats.webdataset.tarindex)
 publish = publish_folder
 layout_text = no_layout_text
 manifest_in_file = no_file_manifest
@@ -193,7 +194,10 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
 
 
 def part_files(part: dict) -> list[str]:
+    """The shard (its saved index is left out: a reader from object storage reads the
+    shard's headers, and a dataset packed before there were saved indexes has none)."""
     return [part["name"]]
+
 
 
 def reader(path: Path, manifest: dict):

@@ -29,6 +29,7 @@ import numpy as np
 from packer.errors import DatasetError
 from packer.formats.base import PartFiles
 from packer.formats.readahead import file_range
+from packer.formats.webdataset import INDEX_SUFFIX
 from packer.sample import KEY, split_member
 
 _BLOCK = 512
@@ -169,7 +170,6 @@ def index_shard(path: str) -> ShardIndex:
                       np.array(offsets, np.int64), np.array(sizes, np.int64), fields)
 
 
-INDEX_SUFFIX = ".idx"
 _INDEX_TAG = "packer tar index 1"
 
 
