@@ -10,7 +10,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -96,3 +98,24 @@ def upload_folder(folder, bucket: str, prefix: str) -> None:
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             client().upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder)}")
+
+
+@contextmanager
+def cache_peak(cache, limit: int):
+    """Watch the part cache at `cache` in a thread while the block runs: yields a list
+    whose one item is the most bytes it held."""
+    from packer.storage.cache import PartCache
+
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], PartCache(cache, limit).usage())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join()

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 import packer
 from conftest import image_bytes, run
 from packer.storage.cache import TEMP_MARK, PartCache
-from s3_server import point_at, start_server, stop_server, upload_folder
+from s3_server import cache_peak, point_at, start_server, stop_server, upload_folder
 
 SHARDS = 8
 
@@ -64,24 +63,13 @@ def test_cache_stays_under_its_limit_with_every_sample_once(remote_wds, local_wd
     ds = packer.open_dataset(remote_wds, decode="raw", shuffle=True, cache_dir=cache,
                              cache_limit=limit)
     assert not ds.source.seekable  # parts read whole, in shuffled order: one download each
-    peak, done = [0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], PartCache(cache, limit).usage())
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with cache_peak(cache, limit) as peak:
         for epoch in range(2):
             ds.set_epoch(epoch)
             keys = [k for batch in packer.DataLoader(ds, batch_size=7, num_workers=2)
                     for k in batch["__key__"]]
             assert sorted(keys) == sorted(samples_of(packer.open_dataset(local_wds,
                                                                          decode="raw")))
-    finally:
-        done.set()
-        watcher.join()
     assert 0 < peak[0] <= limit
     assert PartCache(cache, limit).usage() <= limit
     assert not list(cache.rglob(f"*{TEMP_MARK}*"))

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import zlib
 
 import numpy as np
@@ -183,8 +182,8 @@ def test_two_nodes_read_from_object_storage_through_each_node_cache(colours, s3,
 
 
 def test_fit_reads_an_s3_dataset_through_the_cache_it_is_given(colours, s3, tmp_path):
-    from packer.storage.cache import PartCache
     from packer.storage.client import client
+    from s3_server import cache_peak
 
     url = f"s3://{s3}/wds"
     packer_run("pack", colours / "images", "-o", url, "--max-count", "15", "-q")
@@ -192,21 +191,10 @@ def test_fit_reads_an_s3_dataset_through_the_cache_it_is_given(colours, s3, tmp_
               if o["Key"].endswith(".tar")]
     cache, limit = tmp_path / "cache", 3 * max(shards)
     assert limit < sum(shards)  # parts are removed to make room
-    peak, done = [0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], PartCache(cache, limit).usage())
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with cache_peak(cache, limit) as peak:
         train("fit", url, "--out", tmp_path / "run", "--epochs", "2", "--val-split", "0.25",
               "--cache-dir", cache, "--cache-limit", limit, "--image-size", "16", "--batch-size",
               "16", "--workers", "2", "--lr", "3e-3")
-    finally:
-        done.set()
-        watcher.join()
     assert [p for p in cache.rglob("shard-*.tar") if p.is_file()] and 0 < peak[0] <= limit
     assert not (tmp_path / "cache-home" / "packer" / "parts").exists()  # not the default
     bad = CliRunner().invoke(cli, ["fit", url, "--cache-limit", "lots"])
