@@ -10,6 +10,7 @@ decoded sample by sample instead, so that `on_error` and the errors are as usual
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -22,11 +23,16 @@ LIST, CLASS, PIXELS = "list", "class", "pixels"  # how a field goes into the bat
 _DECODED_KINDS = frozenset({"npy", "json", "txt"})  # fields the decoder changes
 
 
+class Plan(NamedTuple):
+    fields: dict[str, str]  # {field: how it goes into a batch}
+    size: tuple[int, int] | None  # (height, width) stored pixels must have, if asked
+
+
 def plan(field_counts: dict[str, int], samples: int, mode: str,
-         pixels_size: tuple[int, int] | None, arrays: bool) -> dict[str, str] | None:
-    """{field: how it goes into a batch} when every sample has every field and none
-    needs decoding (in `mode`; stored pixels as arrays at their stored size with
-    `arrays`); None otherwise."""
+         pixels_size: tuple[int, int] | None, arrays: bool) -> Plan | None:
+    """How batches are made when every sample has every field and none needs decoding
+    (in `mode`; stored pixels as arrays at their stored size with `arrays`); None
+    otherwise."""
     if any(count != samples for count in field_counts.values()):
         return None
     lean = {KEY: LIST}
@@ -42,12 +48,10 @@ def plan(field_counts: dict[str, int], samples: int, mode: str,
             return None
         else:
             lean[name] = LIST
-    if PIXELS in lean.values() and pixels_size is not None:
-        lean["__size__"] = pixels_size
-    return lean
+    return Plan(lean, pixels_size)
 
 
-def batch(samples: list[dict], lean: dict, decoded: Callable[[list[dict]], dict | None]):
+def batch(samples: list[dict], lean: Plan, decoded: Callable[[list[dict]], dict | None]):
     """The batch of `samples` as planned; `decoded(samples)` where they differ from it."""
     try:
         return _planned(samples, lean)
@@ -55,18 +59,18 @@ def batch(samples: list[dict], lean: dict, decoded: Callable[[list[dict]], dict 
         return decoded(samples)
 
 
-def _planned(samples: list[dict], lean: dict) -> dict:
-    width = len(lean) - ("__size__" in lean)
+def _planned(samples: list[dict], lean: Plan) -> dict:
+    width = len(lean.fields)
     if any(len(sample) != width for sample in samples):
         raise KeyError("fields differ")
     keys = [sample[KEY] for sample in samples]
     out: dict = {KEY: keys}
-    for name, how in lean.items():
-        if name in (KEY, "__size__"):
+    for name, how in lean.fields.items():
+        if name == KEY:
             continue
         values = [sample[name] for sample in samples]
         if how == PIXELS:
-            out[name] = _pixels(values, lean.get("__size__"), name, keys)
+            out[name] = _pixels(values, lean.size, name, keys)
         elif how == CLASS or type(values[0]) is int:
             out[name] = torch.tensor([int(value) for value in values])
         elif isinstance(values[0], bytes | str):

@@ -140,7 +140,7 @@ class PackedDataset(IterableDataset):
             collate = partial(lean.batch, lean=planned, decoded=decoded)
         return map(shipped, batches(samples, *batching, collate))
 
-    def _lean_plan(self, arrays: bool) -> dict | None:
+    def _lean_plan(self, arrays: bool) -> lean.Plan | None:
         """How batches are made from the samples as read, where decoding would change
         nothing (packer.read.lean); None where it would."""
         decoder = self.decoder
