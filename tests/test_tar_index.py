@@ -72,7 +72,10 @@ def test_a_resume_leaves_no_index_of_a_shard_it_drops(shards):
 
     writer = TarWriter.__new__(TarWriter)
     writer.folder = writer_folder
-    writer.parts = [{"name": f"shard-{i:06d}.tar"} for i in range(3)]
+    writer.parts = json.loads((shards / "manifest.json").read_text())["parts"]
+    (shards / "shard-000001.idx").unlink()  # killed before the index was saved
+    (shards / "shard-000000.idx.partial").write_bytes(b"x")
     writer.truncate(61)
     assert sorted(p.name for p in shards.glob("*.idx*")) == [
         "shard-000000.idx", "shard-000001.idx", "shard-000002.idx"]
+    assert tarindex.saved_index(str(shards / "shard-000001.tar"), _digests(shards)[1])

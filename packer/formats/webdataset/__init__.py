@@ -102,6 +102,7 @@ class TarWriter(Writer):
     def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
         super().__init__(folder, setup, max_part_bytes - 2 * _BLOCK, max_part_count)
         self.shard_size = max_part_bytes
+        self._indexes: list[Future] = []  # each closed shard's index being saved
 
     def _begin_part(self, part: dict) -> None:
         part["name"] = SHARD_NAME.format(part["index"])
@@ -132,7 +133,9 @@ class TarWriter(Writer):
         part["sha256"] = self._file_digest.hexdigest()
         from packer.formats.webdataset.tarindex import save_index
 
-        save_index(self.folder / part["name"], part["sha256"])
+        # on the writing thread, beside the next shard's encoding; `finish` waits for it
+        self._indexes.append(self._io.submit(save_index, self.folder / part["name"],
+                                             part["sha256"]))
 
     def truncate(self, count: int) -> None:
         kept = {p["name"] for p in self.parts}
@@ -140,12 +143,19 @@ class TarWriter(Writer):
             if path.name not in kept:
                 path.unlink()
         for path in self.folder.glob("shard-*.idx*"):  # .idx, and .idx.partial
-            if path.name.split(".", 1)[0] + ".tar" not in kept:
+            if path.name.endswith(".partial") or path.name.split(".", 1)[0] + ".tar" not in kept:
                 path.unlink()
+        from packer.formats.webdataset.tarindex import index_path, save_index
+
+        for part in self.parts:  # a kept shard whose index the interrupted run did not save
+            if not index_path(self.folder / part["name"]).exists():
+                save_index(self.folder / part["name"], part["sha256"])
 
     def finish(self, manifest: dict) -> None:
         if hasattr(self, "_io"):
             self._io.shutdown()
+        for saved in self._indexes:  # an index that could not be written is an error
+            saved.result()
 
 
 def _hash_and_write(digest, file, data: bytes) -> None:
