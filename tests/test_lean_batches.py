@@ -68,6 +68,68 @@ def test_bytes_batches_equal_per_sample_reads(packed, fmt, workers):
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pixel_batches_equal_per_sample_reads(packed, fmt, workers):
+    """Stored pixels (read in place from LMDB's map): the same batches, the last and
+    short one of each worker too, made after the reader has read its last sample."""
+    ds = packer.open_dataset(packed[fmt, "raw"], shuffle=True, seed=5)
+    ours = list(packer.DataLoader(ds, batch_size=16, num_workers=workers))
+    theirs = per_sample(ds, workers, 16)
+    assert len(ours[-1]["__key__"]) < 16 and len(ours) == len(theirs)
+    assert all(same_batch(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def _rewrite(folder, change) -> None:
+    """Every value of an LMDB dataset as `change(index, sample)` makes it (a new map)."""
+    env = lmdb.open(str(folder), subdir=True)
+    with env.begin(write=True) as txn:
+        for key, value in list(txn.cursor()):
+            if key != b"__meta__":
+                sample = change(int(key), msgpack.unpackb(value))
+                txn.put(key, msgpack.packb(sample, use_bin_type=True))
+    env.close()
+
+
+def test_lmdb_values_in_other_layouts_read_as_packed(packed, tmp_path):
+    """Values whose pixels are not last (as packed before they were put last), or
+    with a longer key before them, read as they decode."""
+    import shutil
+
+    folder = tmp_path / "layouts"
+    shutil.copytree(packed["lmdb", "raw"], folder)
+
+    def change(index, sample):
+        if index % 3 == 0:  # pixels first
+            return {"rgb.npy": sample.pop("rgb.npy"), **sample}
+        if index % 3 == 1:
+            sample["__key__"] += "-" + "x" * (index % 40)
+        return sample
+    _rewrite(folder, change)
+    for workers in (0, 2):
+        ds = packer.open_dataset(folder, shuffle=True, seed=1)
+        ours = list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
+        theirs = per_sample(ds, workers, 8)
+        assert all(same_batch(a, b) for a, b in zip(ours, theirs, strict=True))
+        assert any("-x" in key for batch in ours for key in batch["__key__"])
+
+
+def test_lmdb_in_place_decoding_of_one_value():
+    from packer.formats.lmdb import InPlace, encode
+
+    pixels = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    first = encode({"__key__": "a", "rgb.npy": pixels, "cls": 2})[0]
+    in_place = InPlace("rgb.npy", first)
+    sample = in_place(memoryview(first))
+    assert isinstance(sample["rgb.npy"], memoryview)
+    assert sample.keys() == {"__key__", "rgb.npy", "cls"} and sample["cls"] == 2
+    assert bytes(sample["rgb.npy"]) == msgpack.unpackb(first)["rgb.npy"]
+    other = msgpack.packb({"rgb.npy": b"x" * 200, "__key__": "b"}, use_bin_type=True)
+    assert in_place(memoryview(other)) == {"rgb.npy": b"x" * 200, "__key__": "b"}
+    with pytest.raises(ValueError):
+        in_place(memoryview(first[:-7]))
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_more_batches_held_than_a_worker_has_buffers(packed, fmt):
     """Every batch kept (more than the slots of each worker): none is overwritten."""
     ds = packer.open_dataset(packed[fmt, "raw"], shuffle=True, seed=2)
@@ -156,9 +218,10 @@ def test_an_lmdb_reader_does_not_keep_what_it_has_read_mapped(tmp_path):
     run("pack", tmp_path / "images", "--to", "lmdb", "-o", tmp_path / "raw", "--encode", "raw",
         "-q")
     size_kb = (tmp_path / "raw" / "data.mdb").stat().st_size // 1024
-    ds = packer.open_dataset(tmp_path / "raw", shuffle=True, shuffle_buffer=64)
+    # what was read in place stays mapped for two windows of 16 samples, not longer
+    ds = packer.open_dataset(tmp_path / "raw", shuffle=True, shuffle_buffer=16)
     most, shapes = 0, set()
-    for batch in packer.DataLoader(ds, batch_size=16):
+    for batch in packer.DataLoader(ds, batch_size=8):
         most = max(most, _mapped_kb("data.mdb"))
         shapes.add(tuple(batch["rgb.npy"].shape[1:]))
     assert shapes == {(3, 64, 64)}

@@ -5,7 +5,8 @@
       data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
 
     key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY)
-    value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}
+    value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}; stored pixels
+           (rgb.npy, `--encode raw`) come last, so that a reader finds them in place
     key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
 
 Samples of a part are committed in one write transaction. The map starts at the
@@ -15,6 +16,7 @@ fails on a fixed map size.
 
 import json
 import os
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from packer.formats.protocol import (
     shared_files,
 )
 from packer.formats.readahead import DONE, mapped_range
-from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, SAMPLES, msgpack_default
+from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, RAW_IMAGE_FIELD, SAMPLES, msgpack_default
 
 NAME = "lmdb"
 PART = "part"  # samples committed in one write transaction
@@ -65,7 +67,38 @@ def decode_value(value: bytes) -> dict:
 
 
 def encode(sample: dict) -> list[bytes]:
+    if RAW_IMAGE_FIELD in sample:  # last: see InPlace
+        sample = {**sample}
+        sample[RAW_IMAGE_FIELD] = sample.pop(RAW_IMAGE_FIELD)
     return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
+
+
+class InPlace:
+    """Values decoded but for `field`, which stays where it lies (a memoryview of the
+    value): the copy and the decode of an image's bytes are spared. That holds for a
+    value whose last entry is `field` with as many bytes as the first value's (stored
+    pixels of one size: see encode); any other value is decoded whole."""
+
+    def __init__(self, field: str, first):
+        try:
+            payload = decode_value(first).get(field)
+        except _DECODE_ERRORS:
+            payload = None
+        self.field = field
+        self.size = len(payload) if isinstance(payload, bytes) else -1
+        # the bytes of the entry before its payload: the name, then the bin header
+        self.entry = (msgpack.packb(field) + msgpack.packb(b"\0" * self.size)[:-self.size]
+                      if self.size > 0 else None)
+
+    def __call__(self, value) -> dict:
+        cut = len(value) - self.size - len(self.entry or b"")
+        if self.entry is None or cut < 1 or not 0x81 <= value[0] <= 0x8f \
+                or value[cut:cut + len(self.entry)] != self.entry:
+            return decode_value(value)
+        # the other entries of a fixmap, as a fixmap of one entry fewer
+        sample = msgpack.unpackb(bytes((value[0] - 1,)) + value[1:cut], raw=False)
+        sample[self.field] = value[cut + len(self.entry):]
+        return sample
 
 
 class LmdbWriter(Writer):
@@ -122,35 +155,84 @@ class Reader(ProcessReader):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
         check_environment(folder, manifest["count"])
 
+    _txn = _in_place = None  # read_in_place's transaction and decoder, in this process
+
     def _open_handle(self, inherited):
         if inherited is not None:  # an LMDB handle must not be used in a forked child
             inherited.close()  # (readonly, lock-free: closing it is safe)
+        self._txn, self._in_place, self._held = None, None, deque([[]])
         return _open_readonly(self.folder)
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
         try:  # values seen in the map (buffers), decoded before the transaction ends
             with self.handle().begin(buffers=True) as txn:
-                cursor = txn.cursor()
-                if not cursor.set_key(sample_key(first)):
-                    raise DatasetError(f"{self.folder}: sample {first} is missing from the "
-                                       "LMDB")
-                values = [value for _, value in zip(range(count),
-                                                    cursor.iternext(keys=False), strict=False)]
-                if len(values) < count:
-                    raise DatasetError(f"{self.folder}: samples {first + len(values)} and on "
-                                       "are missing from the LMDB")
-                try:
-                    samples = [decode_value(v) for v in values]
-                except _DECODE_ERRORS:
-                    samples = [self._decoded(first + i, v) for i, v in enumerate(values)]
+                values = self._values(txn, first, count)
+                samples = self._decode_all(values, first, decode_value)
                 if values:
                     mapped_range(values[0], values[-1], DONE)
                 return samples
         except lmdb.Error as err:
-            raise DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
-                               f"{first + count - 1:,} are ({err}); restore it from a copy or "
-                               "pack the source again") from None
+            raise self._damaged(first, count, err) from None
+
+    def read_in_place(self, part: int, start: int, count: int, field: str) -> list[dict]:
+        """As `read`, but `field` of each sample may be a memoryview of the memory map
+        (InPlace), valid until `close()`: one read transaction stays open until then.
+        Their pages stay in this process until `next_window` lets them go."""
+        first = self.firsts[part] + start
+        try:
+            env = self.handle()
+            if self._txn is None:
+                self._txn = env.begin(buffers=True)
+            values = self._values(self._txn, first, count)
+            in_place = self._in_place or InPlace(field, values[0] if values else b"")
+            if in_place.entry:  # kept once the first value gave the layout
+                self._in_place = in_place
+            samples = self._decode_all(values, first, in_place)
+        except lmdb.Error as err:
+            raise self._damaged(first, count, err) from None
+        if values:
+            self._held[-1].append((values[0], values[-1]))
+        return samples
+
+    def next_window(self) -> None:
+        """The loader begins a window of runs: the samples read in place for the window
+        before last are in batches by now, so their pages leave this process."""
+        for low, high in self._held.popleft() if len(self._held) == 2 else ():
+            mapped_range(low, high, DONE)
+        self._held.append([])
+
+    def close(self) -> None:
+        if self._txn is not None and self._pid == os.getpid():
+            self._txn.abort()
+        self._txn = self._in_place = None
+        self._held = deque([[]])
+        super().close()
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_txn": None, "_in_place": None, "_held": deque([[]])}
+
+    def _values(self, txn, first: int, count: int) -> list:
+        cursor = txn.cursor()
+        if not cursor.set_key(sample_key(first)):
+            raise DatasetError(f"{self.folder}: sample {first} is missing from the LMDB")
+        values = [value for _, value in zip(range(count), cursor.iternext(keys=False),
+                                            strict=False)]
+        if len(values) < count:
+            raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
+                               "missing from the LMDB")
+        return values
+
+    def _decode_all(self, values: list, first: int, decode) -> list[dict]:
+        try:
+            return [decode(v) for v in values]
+        except _DECODE_ERRORS:
+            return [self._decoded(first + i, v) for i, v in enumerate(values)]
+
+    def _damaged(self, first: int, count: int, err: Exception) -> DatasetError:
+        return DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
+                            f"{first + count - 1:,} are ({err}); restore it from a copy or "
+                            "pack the source again")
 
     def prefetch(self, runs) -> None:
         """Ask the kernel to read ahead the pages the values of `runs` lie on (found

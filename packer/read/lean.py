@@ -27,6 +27,12 @@ class Plan(NamedTuple):
     fields: dict[str, str]  # {field: how it goes into a batch}
     size: tuple[int, int] | None  # (height, width) stored pixels must have, if asked
 
+    @property
+    def in_place(self) -> str | None:
+        """The field a reader may leave where it lies (a memoryview of its memory map
+        until the reader closes): stored pixels, copied from there into their rows."""
+        return next((name for name, how in self.fields.items() if how == PIXELS), None)
+
 
 def plan(field_counts: dict[str, int], samples: int, mode: str,
          pixels_size: tuple[int, int] | None, arrays: bool) -> Plan | None:
@@ -81,17 +87,17 @@ def _planned(samples: list[dict], lean: Plan) -> dict:
 
 
 def _pixels(values: list, size: tuple[int, int] | None, name: str, keys: list[str]):
-    """Stored pixels of a batch (.npy bytes, or arrays) as one (B, 3, H, W) uint8 tensor.
-    The .npy files of a batch must have the first one's header: each one's pixels are
-    then copied straight into its row of the batch."""
+    """Stored pixels of a batch (.npy bytes or memoryviews of them, or arrays) as one
+    (B, 3, H, W) uint8 tensor. The .npy files of a batch must have the first one's
+    header: each one's pixels are then copied straight into its row of the batch."""
     first = npy_array(values[0])
     if first.dtype != np.uint8 or first.ndim != 3 or (size and first.shape[:2] != size):
         raise ValueError("not uint8 (height, width, channels) pixels at the size asked")
-    if not isinstance(values[0], bytes):
+    if isinstance(values[0], np.ndarray):
         return pixel_batch([npy_array(value) for value in values], name, keys)
     length, pixels = len(values[0]), first.nbytes
-    header = values[0][:length - pixels]
-    if any(len(value) != length or not value.startswith(header) for value in values):
+    header = bytes(values[0][:length - pixels])
+    if any(len(value) != length or value[:length - pixels] != header for value in values):
         raise ValueError("pixels stored in other layouts")
     out = batch_buffer((len(values), *first.shape))
     rows = memoryview(out.numpy()).cast("B")

@@ -126,19 +126,34 @@ class PackedDataset(IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         if info is not None:
             freeze_inherited_objects()
-        samples = (self._decoded(worker, workers, None) if planned
-                   else self.iter_worker(worker, workers, arrays, holes))
-        if info is None:
-            samples = self._counted(samples)
-        if batching is None:
-            return samples
         collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
         if planned:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
             collate = partial(lean.batch, lean=planned, decoded=decoded)
+            return map(shipped, self._planned_batches(worker, workers, planned.in_place,
+                                                      batching, collate, info is None))
+        samples = self.iter_worker(worker, workers, arrays, holes)
+        if info is None:
+            samples = self._counted(samples)
+        if batching is None:
+            return samples
         return map(shipped, batches(samples, *batching, collate))
+
+    def _planned_batches(self, worker: int, workers: int, in_place: str | None,
+                         batching: tuple[int, bool], collate, counted: bool):
+        """The worker's batches made by `collate` from its samples as read. The reader
+        closes after the last batch is made: a field `in_place` may lie in its memory
+        map until then (plan.read_windows)."""
+        runs = self._runs(worker, workers)
+        reader = self.source.reader(runs)
+        try:
+            samples = self._read(reader, runs, worker, workers, None, in_place)
+            yield from batches(self._counted(samples) if counted else samples, *batching,
+                               collate)
+        finally:
+            reader.close()
 
     def _lean_plan(self, arrays: bool) -> lean.Plan | None:
         """How batches are made from the samples as read, where decoding would change
@@ -221,23 +236,34 @@ class PackedDataset(IterableDataset):
                            "this worker, and none of the dataset's could stand in for them); "
                            "`packer verify` and the warnings above tell why")
 
-    def _decoded(self, worker: int, num_workers: int, decoder: Decoder | None):
-        """The worker's samples in their order, each decoded or None where it failed
-        (as read, without a decoder): read in windows of contiguous runs, decoded in
-        `threads` threads if asked."""
-        runs = plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
+    def _runs(self, worker: int, num_workers: int) -> list[plan.Segment]:
+        return plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
                                 seed=self.seed, epoch=self.epoch, rank=self.rank,
                                 world_size=self.world_size, worker=worker,
                                 num_workers=num_workers, remainder=self.remainder,
                                 holdout=self.holdout)
+
+    def _decoded(self, worker: int, num_workers: int, decoder: Decoder):
+        """The worker's samples in their order, each decoded or None where it failed."""
+        runs = self._runs(worker, num_workers)
         reader = self.source.reader(runs)
+        try:
+            yield from self._read(reader, runs, worker, num_workers, decoder)
+        finally:
+            reader.close()
+
+    def _read(self, reader, runs: list[plan.Segment], worker: int, num_workers: int,
+              decoder: Decoder | None, in_place: str | None = None):
+        """The samples of `runs` in their order, each decoded or None where it failed
+        (as read, without a decoder; `in_place`: see plan.read_windows): read in windows
+        of contiguous runs, decoded in `threads` threads if asked."""
         pool = (ThreadPoolExecutor(self.threads, "packer-decode")
                 if self.threads > 1 and decoder is not None else None)
         order = partial(plan.window_order, shuffle=self.shuffle, seed=self.seed,
                         epoch=self.epoch, rank=self.rank, worker=worker)
         try:
             for raw, indices in plan.read_windows(reader, runs, self.window, order,
-                                                  self._skip(worker, num_workers)):
+                                                  self._skip(worker, num_workers), in_place):
                 if decoder is None:  # batches made from the samples as read
                     yield from map(raw.__getitem__, indices)
                 elif pool is None:
@@ -245,7 +271,6 @@ class PackedDataset(IterableDataset):
                 else:
                     yield from self._decode_in_threads(raw, indices, decoder, pool)
         finally:
-            reader.close()
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
 

@@ -20,6 +20,7 @@ sequence says exactly which samples came before it, so resuming is a skip.
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -121,13 +122,19 @@ def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, wor
     return np.random.default_rng([seed, epoch, rank, worker, number]).permutation(size)
 
 
-def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0):
+def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
+                 in_place: str | None = None):
     """(the samples of each window of `runs`, as `reader` reads them; the positions in
     it to emit, in `order(size, number=...)`), leaving out the first `skip` samples.
     A reader with `prefetch(runs)` is told each window, and the next, before it reads
-    one (packer.formats.readahead)."""
+    one (packer.formats.readahead). With `in_place`, a reader with `read_in_place`
+    may leave that field of its samples where it lies, valid until the reader is
+    closed; it is told when each window begins (`next_window`)."""
     cut = list(windows(runs, window))
     prefetch = getattr(reader, "prefetch", None)
+    read, next_window = reader.read, None
+    if in_place and hasattr(reader, "read_in_place"):
+        read, next_window = partial(reader.read_in_place, field=in_place), reader.next_window
     position, advised = 0, -1  # samples passed; the last window read ahead
     for number, runs_in in enumerate(cut):
         size = sum(run.count for run in runs_in)
@@ -138,6 +145,8 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0)
             for ahead in cut[max(number, advised + 1):number + 2]:
                 prefetch(ahead)
             advised = number + 1
-        raw = [s for run in runs_in for s in reader.read(run.part, run.start, run.count)]
+        if next_window is not None:
+            next_window()
+        raw = [s for run in runs_in for s in read(run.part, run.start, run.count)]
         yield raw, order(size, number=number)[max(0, skip - position):]
         position += size
