@@ -29,9 +29,9 @@ from packer.formats import format_module
 from packer.manifest import is_packed, load_manifest
 from packer.read.dataloader import DataLoader
 from packer.read.dataset import open_parts
-from packer.read.decode import rgb8_tensor
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
+from packer.read.pillow import rgb8_tensor
 from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 

@@ -12,7 +12,7 @@ import packer
 from conftest import image_bytes, run
 from packer.formats import FORMAT_NAMES
 from packer.read.batches import collate_samples
-from packer.read.decode import rgb8_tensor
+from packer.read.pillow import rgb8_tensor
 
 
 @pytest.fixture(scope="module")

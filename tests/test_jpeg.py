@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from packer.read.decode import Decoder, decode_image, rgb8_tensor
+from packer.read.decode import Decoder
 from packer.read.jpeg import exif_orientation, jpeg_rgb
+from packer.read.pillow import decode_image, rgb8_tensor
 
 
 def photo(width: int, height: int, seed: int = 0) -> Image.Image:

@@ -14,7 +14,7 @@ import packer
 from packer.formats import FORMAT_NAMES
 from packer.manifest import load_manifest
 from packer.read.dataset import iter_samples
-from packer.read.decode import decode_image
+from packer.read.pillow import decode_image
 from tests.conftest import image_bytes, run
 
 

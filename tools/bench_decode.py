@@ -22,7 +22,7 @@ def decode_difference(images: Path, size: int, limit: int) -> dict:
     images decoded reduced, and each decode's rate on one core (CPU time)."""
     from PIL import Image
 
-    from packer.read.decode import rgb8_tensor
+    from packer.read.pillow import rgb8_tensor
 
     paths = sorted(images.rglob("*.jpg"))[:limit]
     datas = [path.read_bytes() for path in paths]

@@ -124,7 +124,7 @@ class Transform:
         """(stored field, value) of one image: encoded bytes, or a uint8 array for raw."""
         import numpy as np
 
-        from packer.read.decode import decode_image
+        from packer.read.pillow import decode_image
 
         image = self._resized(decode_image(data, None, _kind(field)))
         if self.encode == "raw":

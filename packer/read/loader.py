@@ -33,7 +33,7 @@ from packer.read.batches import (
     shipped,
 )
 from packer.read.dataset import PackedParts, open_parts
-from packer.read.decode import Decoder, image_field, is_image_field
+from packer.read.decode import Decoder, image_field, is_image_field, preload
 from packer.sample import KEY
 from packer.text import without_addresses
 
@@ -74,6 +74,7 @@ class PackedDataset(IterableDataset):
         self.decoder = Decoder(decode, image_size, decoders,
                                image_key=self.image_field if self.image_field == "image" else None,
                                exact_resize=exact_resize)
+        preload(decode, source.field_counts()[0])
         # Samples decoded to tensors are batched: one without the image cannot be
         self.required_image = (("image" if self.image_field == "image" else self.image_field)
                                if decode == "rgb8" else None)
