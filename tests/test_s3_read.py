@@ -231,3 +231,59 @@ def test_bench_and_train_take_an_s3_url(s3, tmp_path):
     assert fitted.exit_code == 0, fitted.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["best"]["val"]["accuracy"] is not None
+
+
+def test_two_readers_gathering_parts_of_two_files_never_wait_for_each_other(
+        s3, images, tmp_path, monkeypatch):
+    """A TFRecord part is its records and its index. Two readers that each got their
+    part's records used to wait for ever for room for the index, each holding what the
+    other needed; now one gathers its part whole while the other waits holding nothing."""
+    import threading
+
+    from packer.read import remote
+    from packer.storage import client
+
+    local = tmp_path / "tfr"
+    run("pack", images, "--to", "tfrecord", "-o", local, "--max-count", "10", "-q")
+    upload_folder(local, s3, "tfr")
+    parts = remote.RemoteParts(f"s3://{s3}/tfr", tmp_path / "cache", 1)
+    sizes = [[file.size for file in files] for files in parts.part_files[:2]]
+    # room for two parts' records and less than one index more
+    limit = sizes[0][0] + sizes[1][0] + min(sizes[0][1], sizes[1][1]) - 1
+    parts = remote.RemoteParts(f"s3://{s3}/tfr", tmp_path / "cache", limit)
+    both_have_records = threading.Barrier(2, timeout=3)
+    download = client.download
+
+    def download_in_step(url, out):
+        done = download(url, out)
+        if str(url).endswith(".tfrecord"):
+            try:  # both readers hold their records before either asks for its index
+                both_have_records.wait()
+            except threading.BrokenBarrierError:
+                pass
+        return done
+    monkeypatch.setattr(client, "download", download_in_step)
+    gathered = []
+
+    def gather(part: int) -> None:
+        held = parts.hold(parts.part_files[part])
+        gathered.append(sorted(file.path.name for file in held))
+        for file in held:
+            file.release()
+    readers = [threading.Thread(target=gather, args=(part,), daemon=True) for part in (0, 1)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(60)
+    assert not any(reader.is_alive() for reader in readers), "the readers wait for each other"
+    assert sorted(gathered) == sorted(sorted(f.name for f in files)
+                                      for files in parts.part_files[:2])
+    assert PartCache(tmp_path / "cache", limit).usage() <= limit
+
+
+def test_a_part_whose_files_outgrow_the_cache_is_refused_at_once(tmp_path):
+    cache = PartCache(tmp_path / "cache", 150)
+    never = lambda file: pytest.fail("nothing is downloaded")  # noqa: E731
+    with pytest.raises(packer.errors.PackerError, match="other files of its part: 160 bytes"):
+        cache.acquire_all("d", [("a", 100, None, never, "s3://x/a"),
+                                ("a.idx", 60, None, never, "s3://x/a.idx")])

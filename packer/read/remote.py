@@ -203,17 +203,10 @@ class RemoteParts:
 
     def hold(self, files: list[File]) -> list:
         """Each file whole in the cache (downloaded if need be), held until released."""
-        held = []
-        try:
-            for file in files:
-                held.append(self.cache.acquire(
-                    self.dataset, file.name, file.size, file.sha256,
-                    lambda out, url=file.url: client.download(url, out), str(file.url)))
-        except BaseException:
-            for part in held:
-                part.release()
-            raise
-        return held
+        return self.cache.acquire_all(self.dataset, [
+            (file.name, file.size, file.sha256,
+             lambda out, url=file.url: client.download(url, out), str(file.url))
+            for file in files])
 
     @contextmanager
     def held_shared(self):

@@ -2,6 +2,7 @@
 
     CACHE_DIR/                         default: $XDG_CACHE_HOME/packer or ~/.cache/packer
       lock                             flock'd exclusively to reserve room, evict, rename
+      gather                           flock'd exclusively to gather a part of several files
       parts/
         3f2a9c0d41b2e7aa/              one dataset: a digest of its URL and its manifest
           shard-000003.tar             a whole, checked part; flock'd shared while in use
@@ -107,9 +108,33 @@ class PartCache:
             else:
                 return self._fill(reserved, path, size, sha256, fetch, source)
 
+    def acquire_all(self, dataset: str, files: list[tuple]) -> list[HeldPart]:
+        """Each of `files` ((name, size, sha256, fetch, source), as `acquire` takes
+        them) whole and held: the files of one part (a TFRecord and its index). One
+        process or thread at a time gathers a part of several files: two that each held
+        some of theirs while they waited for room for the rest would wait for each other
+        for ever."""
+        total = sum(file[1] for file in files)
+        if total > self.limit:
+            raise CacheFull(f"{files[0][4]} and the other files of its part: {total:,} bytes, "
+                            f"more than the whole cache_limit of {self.limit:,} bytes "
+                            f"({self.root}); pass a larger cache_limit")
+        if len(files) == 1:
+            return [self.acquire(dataset, *files[0])]
+        held: list[HeldPart] = []
+        try:
+            with self._locked("gather"):
+                for file in files:
+                    held.append(self.acquire(dataset, *file))
+        except BaseException:
+            for part in held:
+                part.release()
+            raise
+        return held
+
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, name: str = "lock") -> Iterator[None]:
+        fd = os.open(self.root / name, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
