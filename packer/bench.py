@@ -100,7 +100,8 @@ def describe(path: str, options: BenchOptions) -> Contender:
     parts, and a cold pass starts from an empty cache."""
     if is_s3(path):
         remote = open_parts(path, options.cache_dir, options.cache_limit)
-        size, manifest = sum(f.size for files in remote.part_files for f in files), remote.manifest
+        # each part's own file (its data, as `cat` reads a local dataset's)
+        size, manifest = sum(files[0].size for files in remote.part_files), remote.manifest
         if manifest is None:
             return Contender(path, "webdataset", [], remote.count, size, remote_bytes=size,
                              stored="as the shards hold them")

@@ -287,3 +287,30 @@ def test_a_part_whose_files_outgrow_the_cache_is_refused_at_once(tmp_path):
     with pytest.raises(packer.errors.PackerError, match="other files of its part: 160 bytes"):
         cache.acquire_all("d", [("a", 100, None, never, "s3://x/a"),
                                 ("a.idx", 60, None, never, "s3://x/a.idx")])
+
+
+def test_shards_in_a_bucket_are_read_through_their_saved_indexes(remote_wds, local_wds,
+                                                                  tmp_path, monkeypatch):
+    """Each shard's saved index comes down with it: no worker reads the headers."""
+    from packer.formats.webdataset import tarindex
+
+    def no_header_scan(path):
+        raise AssertionError(f"{path}: indexed from its headers")
+    monkeypatch.setattr(tarindex, "index_shard", no_header_scan)
+    ds = packer.open_dataset(remote_wds, decode="raw", cache_dir=tmp_path / "cache")
+    assert samples_of(ds) == samples_of(packer.open_dataset(local_wds, decode="raw"))
+    cached = sorted(p.name for p in (tmp_path / "cache").rglob("*.idx"))
+    assert cached == sorted(p.name for p in local_wds.glob("*.idx")) and len(cached) == SHARDS
+
+
+def test_shards_without_saved_indexes_in_a_bucket_still_read(s3, local_wds, tmp_path):
+    """A dataset packed before shards had saved indexes: read from the headers."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(local_wds, old)
+    for index in old.glob("*.idx"):
+        index.unlink()
+    upload_folder(old, s3, "old")
+    ds = packer.open_dataset(f"s3://{s3}/old", decode="raw", cache_dir=tmp_path / "cache")
+    assert samples_of(ds) == samples_of(packer.open_dataset(local_wds, decode="raw"))

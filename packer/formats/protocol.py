@@ -75,7 +75,9 @@ class Format(Protocol):
     def part_files(self, part: dict) -> list[str]:
         """The files of the dataset folder that hold this part and nothing else, its own
         file first (what a reader from object storage downloads to read the part);
-        none where all parts share the dataset's files (those are downloaded whole)."""
+        none where all parts share the dataset's files (those are downloaded whole).
+        A format may also give `optional_part_files(part)`: files downloaded with the
+        part where the store has them (a shard's saved index)."""
 
     def verify_part(self, path: Path, manifest: dict, part: dict, name: str,
                     compare) -> tuple[list[str], int]:

@@ -118,9 +118,11 @@ class RemoteParts:
         self.dataset = _dataset_id(self.url, digest)
         listing = client.list_objects(self.url)
         if manifest["parts"] and self.module.part_files(manifest["parts"][0]):
+            optional = getattr(self.module, "optional_part_files", lambda part: [])
             self.shared = None
-            self.part_files = [[self._file(name, part, listing)
-                                for name in self.module.part_files(part)]
+            self.part_files = [[self._file(name, part, listing) for name in
+                                self.module.part_files(part)
+                                + [n for n in optional(part) if n in listing]]
                                for part in manifest["parts"]]
         else:
             self.shared = [self._whole(name, listing) for name in sorted(listing)

@@ -204,9 +204,13 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
 
 
 def part_files(part: dict) -> list[str]:
-    """The shard (its saved index is left out: a reader from object storage reads the
-    shard's headers, and a dataset packed before there were saved indexes has none)."""
     return [part["name"]]
+
+
+def optional_part_files(part: dict) -> list[str]:
+    """The shard's saved index: fetched with it from object storage where the store has
+    one (a dataset packed before there were saved indexes has none)."""
+    return [Path(part["name"]).with_suffix(INDEX_SUFFIX).name]
 
 
 
