@@ -2,7 +2,6 @@
 
     CACHE_DIR/                         default: $XDG_CACHE_HOME/packer or ~/.cache/packer
       lock                             flock'd exclusively to reserve room, evict, rename
-      gather                           flock'd exclusively to gather a part of several files
       parts/
         3f2a9c0d41b2e7aa/              one dataset: a digest of its URL and its manifest
           shard-000003.tar             a whole, checked part; flock'd shared while in use
@@ -21,6 +20,7 @@ that blocks, and the next process that reserves room removes the dead download's
 temporary file. Nothing lives in /dev/shm or in memory shared between processes.
 """
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -110,10 +110,10 @@ class PartCache:
 
     def acquire_all(self, dataset: str, files: list[tuple]) -> list[HeldPart]:
         """Each of `files` ((name, size, sha256, fetch, source), as `acquire` takes
-        them) whole and held: the files of one part (a TFRecord and its index). One
-        process or thread at a time gathers a part of several files: two that each held
-        some of theirs while they waited for room for the rest would wait for each other
-        for ever."""
+        them) whole and held: the files of one part (a TFRecord and its index). Room is
+        reserved for all the missing ones at once, or for none: two readers that each
+        held some of their part's files while they waited for room for the rest would
+        wait for each other for ever."""
         total = sum(file[1] for file in files)
         if total > self.limit:
             raise CacheFull(f"{files[0][4]} and the other files of its part: {total:,} bytes, "
@@ -121,16 +121,58 @@ class PartCache:
                             f"({self.root}); pass a larger cache_limit")
         if len(files) == 1:
             return [self.acquire(dataset, *files[0])]
-        held: list[HeldPart] = []
-        try:
-            with self._locked("gather"):
-                for file in files:
-                    held.append(self.acquire(dataset, *file))
-        except BaseException:
-            for part in held:
+        while True:
+            held, reserved, busy = self._gather(dataset, files)
+            if reserved is not None:
+                break
+            for part in held.values():
                 part.release()
+            if busy is not None:
+                _wait_for(busy)
+            else:
+                time.sleep(_WAIT_FOR_ROOM)
+        waiting = list(reserved.items())
+        try:
+            while waiting:
+                index, (room, path) = waiting[0]
+                name, size, sha256, fetch, source = files[index]
+                held[index] = self._fill(room, path, size, sha256, fetch, source)
+                waiting.pop(0)
+        except BaseException:  # _fill gave back the room of the one that failed
+            for part in held.values():
+                part.release()
+            self._unreserve([room for _, (room, _) in waiting[1:]])
             raise
-        return held
+        return [held[index] for index in range(len(files))]
+
+    def _gather(self, dataset: str, files: list[tuple]):
+        """({index: held whole file}, {index: (reserved room, path)} for the others, or
+        None when one is being downloaded elsewhere (then also its temporary file) or the
+        cache has no room for them all now)."""
+        held, reserved = {}, {}
+        with self._locked():
+            for index, (name, size, _, _, source) in enumerate(files):
+                path = self.folder(dataset) / quote(name, safe="")
+                found = _open_whole(path, size)
+                if found is not None:
+                    held[index] = found
+                    continue
+                busy = _live_download(path)
+                room = None if busy else self._reserve(path, size, source)
+                if room is None:
+                    self._unreserve([room for room, _ in reserved.values()], locked=True)
+                    return held, None, busy
+                reserved[index] = room, path
+        return held, reserved, None
+
+    def _unreserve(self, rooms: list[tuple[Path, int]], locked: bool = False) -> None:
+        """Give back reserved room that was not filled."""
+        if not rooms:
+            return
+        with contextlib.nullcontext() if locked else self._locked():
+            for temp, fd in rooms:
+                temp.unlink(missing_ok=True)
+                os.close(fd)
 
     @contextmanager
     def _locked(self, name: str = "lock") -> Iterator[None]:
