@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-from numpy.random import default_rng  # imported with the loader, not in each worker
 
 REMAINDERS = ("pad", "drop")
 
@@ -54,7 +53,7 @@ def units(part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
             for start in range(0, count, unit or max(count, 1))]
     runs = holdout_units(runs, holdout)
     if shuffle:
-        order = default_rng([seed, epoch]).permutation(len(runs))
+        order = np.random.default_rng([seed, epoch]).permutation(len(runs))
         runs = [runs[i] for i in order]
     return runs
 
@@ -120,7 +119,7 @@ def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, wor
     """The order in which a window's samples are emitted."""
     if not shuffle:
         return np.arange(size)
-    return default_rng([seed, epoch, rank, worker, number]).permutation(size)
+    return np.random.default_rng([seed, epoch, rank, worker, number]).permutation(size)
 
 
 def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
