@@ -210,7 +210,7 @@ def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
                                                       f"offset {heap:,} is damaged")
 
 
-@pytest.mark.parametrize("damage", ["value", "page"])
+@pytest.mark.parametrize("damage", ["value", "unused byte", "page"])
 def test_damaged_lmdb_values_and_pages_are_named(packed, damage, tmp_path):
     from packer.formats.lmdb import encode
 
@@ -221,6 +221,10 @@ def test_damaged_lmdb_values_and_pages_are_named(packed, damage, tmp_path):
         at = data.index(b"".join(encode(sample)))
         data[at:at + 3] = b"\x81\x01\x02"
         expected = "the value under key 0000000000 is damaged"  # the first sample's
+    elif damage == "unused byte":  # 0xc1, which msgpack never writes: an error without text
+        at = data.index(b"".join(encode(sample)))
+        data[at + 1] = 0xC1
+        expected = "0000000000 is damaged (it does not decode: FormatError)"
     else:  # the first page after the two meta pages
         data[2 * 4096:3 * 4096] = bytes(4096)
         expected = "data.mdb"

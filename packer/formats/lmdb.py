@@ -255,8 +255,8 @@ class Reader(ProcessReader):
         except _DECODE_ERRORS as err:
             raise DatasetError(f"{self.folder / 'data.mdb'}: the value under key "
                                f"{sample_key(index).decode()} is damaged (it does not decode: "
-                               f"{err}); restore the file from a copy or pack the source "
-                               "again") from None
+                               f"{str(err) or type(err).__name__}); restore the file from a "
+                               "copy or pack the source again") from None
 
 
 # msgpack refuses damaged bytes with its own errors and, inside maps, with these
