@@ -47,24 +47,36 @@ class Reader(ProcessReader):
             file.close()
 
     def _open_handle(self, inherited) -> h5py.File:
+        self._datasets = {}
         try:
             return h5py.File(self.path, "r")
         except OSError as err:
             raise DatasetError(f"{self.path}: cannot open the HDF5 file: {err}") from None
 
+    def _dataset(self, name: str) -> h5py.Dataset:
+        """The open file's dataset `name`, looked up once per handle: h5py's lookup costs
+        more than reading a run of 64 small samples from it."""
+        file = self.handle()
+        if name not in self._datasets:
+            self._datasets[name] = file[name]
+        return self._datasets[name]
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_datasets": {}}
+
     def read(self, part: int, start: int, count: int) -> list[dict]:
-        file, first = self.handle(), self.firsts[part] + start
+        first = self.firsts[part] + start
         if self.records:
-            return self._read_records(file, first, count)
+            return self._read_records(first, count)
         if self.names[KEY] is None:  # samples keyed by their index
             keys = index_keys(first, count)
         else:
-            keys = file[self.names[KEY]][first:first + count]
+            keys = self._dataset(self.names[KEY])[first:first + count]
             if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
                 keys = [index_key(i) for i in keys.tolist()]
             else:
                 keys = [key.decode("utf-8") for key in keys]
-        columns = [(name, spec["dtype"], file[self.names[name]][first:first + count])
+        columns = [(name, spec["dtype"], self._dataset(self.names[name])[first:first + count])
                    for name, spec in self.fields.items()]
         samples = []
         for row, key in enumerate(keys):
@@ -81,16 +93,17 @@ class Reader(ProcessReader):
             samples.append(sample)
         return samples
 
-    def _read_records(self, file: h5py.File, first: int, count: int) -> list[dict]:
+    def _read_records(self, first: int, count: int) -> list[dict]:
         """Samples of a dump stored as records: the records they cover, read at once
         and split into one array per field."""
         layout = self.records
         window, stride = layout["window"] or 0, layout["stride"] or 1
         start = first * stride
-        rows = file[layout["dataset"]][start:start + (count - 1) * stride + max(window, 1)]
+        rows = self._dataset(layout["dataset"])[start:start + (count - 1) * stride + max(window, 1)]
         columns = {name: np.ascontiguousarray(rows[member])
                    for name, member in layout["members"].items()}
-        labels = file["cls"][first:first + count].tolist() if "cls" in self.fields else None
+        labels = (self._dataset("cls")[first:first + count].tolist() if "cls" in self.fields
+                  else None)
         keys, samples = index_keys(first, count), []
         for i in range(count):
             at = i * stride
