@@ -184,3 +184,16 @@ def test_a_damaged_part_in_the_bucket_is_never_cached(s3, images, tmp_path):
     with pytest.raises(packer.errors.DatasetError, match="shard-000001.tar"):
         list(packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache"))
     assert not list((tmp_path / "cache").rglob("shard-000001.tar*"))
+
+
+def test_a_part_whose_second_file_fills_the_disk_leaves_nothing_reserved(full_disk):
+    """Room is reserved for a part's files together: when the disk cannot hold the
+    second, the first one's room is given back too."""
+    from packer.storage.cache import PartCache
+
+    cache = PartCache(full_disk / "cache", "10MB")
+    never = lambda file: pytest.fail("nothing is downloaded")  # noqa: E731
+    with pytest.raises(packer.errors.PackerError, match="its disk is full"):
+        cache.acquire_all("d", [("shard.tar", 8 << 10, None, never, "s3://b/shard.tar"),
+                                ("shard.idx", 200 << 10, None, never, "s3://b/shard.idx")])
+    assert not [p for p in (full_disk / "cache").rglob("*") if p.is_file() and p.name != "lock"]

@@ -151,18 +151,24 @@ class PartCache:
         cache has no room for them all now)."""
         held, reserved = {}, {}
         with self._locked():
-            for index, (name, size, _, _, source) in enumerate(files):
-                path = self.folder(dataset) / quote(name, safe="")
-                found = _open_whole(path, size)
-                if found is not None:
-                    held[index] = found
-                    continue
-                busy = _live_download(path)
-                room = None if busy else self._reserve(path, size, source)
-                if room is None:
-                    self._unreserve([room for room, _ in reserved.values()], locked=True)
-                    return held, None, busy
-                reserved[index] = room, path
+            try:
+                for index, (name, size, _, _, source) in enumerate(files):
+                    path = self.folder(dataset) / quote(name, safe="")
+                    found = _open_whole(path, size)
+                    if found is not None:
+                        held[index] = found
+                        continue
+                    busy = _live_download(path)
+                    room = None if busy else self._reserve(path, size, source)
+                    if room is None:
+                        self._unreserve([room for room, _ in reserved.values()], locked=True)
+                        return held, None, busy
+                    reserved[index] = room, path
+            except BaseException:  # a full disk: nothing of the part stays reserved or held
+                self._unreserve([room for room, _ in reserved.values()], locked=True)
+                for part in held.values():
+                    part.release()
+                raise
         return held, reserved, None
 
     def _unreserve(self, rooms: list[tuple[Path, int]], locked: bool = False) -> None:
@@ -175,8 +181,8 @@ class PartCache:
                 os.close(fd)
 
     @contextmanager
-    def _locked(self, name: str = "lock") -> Iterator[None]:
-        fd = os.open(self.root / name, os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
