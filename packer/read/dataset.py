@@ -7,7 +7,6 @@ from pathlib import Path
 
 from packer.errors import DatasetError
 from packer.formats import format_module
-from packer.formats.webdataset import tarindex
 from packer.manifest import is_packed, load_manifest
 from packer.read import shards
 from packer.sample import sample_digest
@@ -106,6 +105,8 @@ class PackedParts:
             self._streamed_fields = counted[0][1]
             self.classes, self.seekable = None, False
         else:
+            from packer.formats.webdataset import tarindex  # here: packs read without it
+
             self._reader = self._shards = tarindex.Reader(urls)
             self.part_counts = [self._reader.count(i) for i in range(len(urls))]
             self.classes, self.seekable = None, True
@@ -180,6 +181,8 @@ def describe_shards(path) -> dict:
     """What plain WebDataset shards hold, for `packer inspect`: the samples and bytes
     of each shard, and each field's samples and bytes (local plain shards from their
     index; compressed or remote ones read through)."""
+    from packer.formats.webdataset import tarindex
+
     parts = []
     for url in shards.expand(path):
         streamed = shards.must_stream(url)
@@ -192,6 +195,8 @@ def describe_shards(path) -> dict:
 
 def _remote_shards(remote) -> dict:
     """`describe_shards` of shards in object storage, from their copies in the cache."""
+    from packer.formats.webdataset import tarindex
+
     parts = []
     for [file] in remote.part_files:
         [held] = remote.hold([file])
@@ -219,7 +224,8 @@ def _shards_report(path: str, parts: list[tuple]) -> dict:
                       for name, count, _, streamed, size in parts]}
 
 
-def _indexed_fields(index: tarindex.ShardIndex) -> tuple[int, dict[str, list[int]]]:
+def _indexed_fields(index) -> tuple[int, dict[str, list[int]]]:
+    """The samples and each field's [samples, bytes] of a tarindex.ShardIndex."""
     fields: dict[str, list[int]] = {}
     for name, size in zip(index.field, index.size.tolist(), strict=True):
         total = fields.setdefault(name, [0, 0])

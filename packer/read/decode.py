@@ -19,8 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from packer.sample import KEY, RAW_IMAGE_FIELD
-from packer.sources.files.checks import PIL_FORMATS
+from packer.sample import KEY, PIL_FORMATS, RAW_IMAGE_FIELD
 
 DECODE_MODES = ("rgb8", "pil", "raw")
 IMAGE_FIELDS = frozenset(PIL_FORMATS)  # every raster format Pillow opens

@@ -9,7 +9,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from packer.read.decode import resized_tensor
 from packer.read.jpeg import jpeg_rgb
-from packer.sources.files.checks import PIL_FORMATS
+from packer.sample import PIL_FORMATS
 
 _EXIF_ORIENTATION = 0x0112
 

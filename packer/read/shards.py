@@ -21,7 +21,6 @@ from pathlib import Path
 from braceexpand import braceexpand
 
 from packer.errors import DatasetError, UsageProblem
-from packer.formats import webdataset
 from packer.manifest import MANIFEST_NAME
 from packer.sample import KEY
 
@@ -112,6 +111,8 @@ def count_streamed(url: str) -> int:
 def fields_streamed(url: str) -> tuple[int, dict[str, list[int]]]:
     """The samples of a streamed shard, and each field's [samples, bytes]; a shard that
     cannot be read through is a DatasetError naming it."""
+    from packer.formats import webdataset  # here: packs read without it
+
     stream, samples, fields = _Stream(url), 0, {}
     try:
         for sample in webdataset.read_shard(stream):
@@ -139,6 +140,8 @@ class StreamReader:
         self._stream, self._samples, self._at = None, None, None
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
+        from packer.formats import webdataset
+
         if self._at != (part, start):
             self.close()
             self._stream = _Stream(self.urls[part])

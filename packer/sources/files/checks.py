@@ -16,6 +16,8 @@ import warnings
 from collections import Counter
 from contextlib import contextmanager
 
+from packer.sample import PIL_FORMATS
+
 CHECK_MODES = ("header", "decode", "none")
 
 
@@ -105,22 +107,6 @@ _CHEAP_CHECKS = {
 }
 
 
-# Every raster format Pillow opens, by file extension (Image.registered_extensions()),
-# leaving out the ones it only identifies (HDF5, GRIB, BUFR, WMF), EPS (which needs
-# Ghostscript), MPEG and IPTC: these fields are images, for `--check decode` and for the
-# loader's decoding. An MPO opens as a JPEG.
-PIL_FORMATS = {
-    "apng": "PNG", "avif": "AVIF", "avifs": "AVIF", "blp": "BLP", "bmp": "BMP",
-    "bw": "SGI", "cur": "CUR", "dcx": "DCX", "dds": "DDS", "dib": "DIB", "fit": "FITS",
-    "fits": "FITS", "flc": "FLI", "fli": "FLI", "ftc": "FTEX", "ftu": "FTEX", "gbr": "GBR",
-    "gif": "GIF", "icb": "TGA", "icns": "ICNS", "ico": "ICO", "im": "IM", "j2c": "JPEG2000",
-    "j2k": "JPEG2000", "jfif": "JPEG", "jp2": "JPEG2000", "jpc": "JPEG2000", "jpe": "JPEG",
-    "jpeg": "JPEG", "jpf": "JPEG2000", "jpg": "JPEG", "jpx": "JPEG2000", "mpo": "JPEG",
-    "msp": "MSP", "pbm": "PPM", "pcd": "PCD", "pcx": "PCX", "pfm": "PPM", "pgm": "PPM",
-    "png": "PNG", "pnm": "PPM", "ppm": "PPM", "psd": "PSD", "pxr": "PIXAR", "qoi": "QOI",
-    "ras": "SUN", "rgb": "SGI", "rgba": "SGI", "sgi": "SGI", "tga": "TGA", "tif": "TIFF",
-    "tiff": "TIFF", "vda": "TGA", "vst": "TGA", "webp": "WEBP", "xbm": "XBM", "xpm": "XPM",
-}
 MAX_WARNINGS = 10  # distinct decoder messages kept per file
 
 
