@@ -73,6 +73,13 @@ def field_bytes(value) -> bytes:
     return _npy_bytes(value)
 
 
+def npy_header_size(data) -> int:
+    """Bytes of the header of a version 1.0 .npy file `data` (0 if it is not one)."""
+    if bytes(data[:7]) != b"\x93NUMPY\x01" or len(data) < 10:
+        return 0
+    return 10 + int.from_bytes(data[8:10], "little")
+
+
 def _npy_bytes(array) -> bytes:
     import numpy as np  # here, so that packing plain files never loads numpy
 

@@ -226,3 +226,80 @@ def test_an_lmdb_reader_does_not_keep_what_it_has_read_mapped(tmp_path):
         shapes.add(tuple(batch["rgb.npy"].shape[1:]))
     assert shapes == {(3, 64, 64)}
     assert size_kb > 2000 and most < size_kb / 2
+
+
+def test_lmdb_windows_of_one_layout_are_read_as_columns(packed, tmp_path):
+    """A raw LMDB pack is read a window at a time as columns (no dict per sample),
+    class ids above 127 too (msgpack's uint 8); the batches are the per-sample ones."""
+    import shutil
+
+    from packer.formats.msgpack_columns import Bins
+    from packer.read import plan
+
+    ds = packer.open_dataset(packed["lmdb", "raw"])
+    reader = ds.source.reader()
+    runs = ds._runs(0, 1)
+    window = reader.read_window(next(plan.windows(runs, 64)), "rgb.npy")
+    assert isinstance(window, dict) and isinstance(window["rgb.npy"], Bins)
+    assert window["__key__"][:2] == [s["__key__"] for s in reader.read(0, 0, 2)]
+    reader.close()
+
+    folder = tmp_path / "classes"
+    shutil.copytree(packed["lmdb", "raw"], folder)
+    _rewrite(folder, lambda index, sample: {**sample, "cls": 200 + sample["cls"]})
+    for workers in (0, 2):
+        ds = packer.open_dataset(folder, shuffle=True, seed=3)
+        ours = list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
+        theirs = per_sample(ds, workers, 8)
+        assert all(same_batch(a, b) for a, b in zip(ours, theirs, strict=True))
+        assert {int(c) for batch in ours for c in batch["cls"]} == {200, 201, 202}
+
+
+def test_msgpack_columns_refuse_values_of_another_layout():
+    from packer.formats import msgpack_columns
+    from packer.sample import npy_header_size
+
+    def value(key: str, cls: int, pixels: bytes = b"\x07" * 12) -> bytes:
+        npy = b"\x93NUMPY\x01\x00\x06\x00" + b"{}    " + pixels
+        return msgpack.packb({"__key__": key, "cls": cls, "rgb.npy": npy}, use_bin_type=True)
+
+    values = [value(f"k{i:02d}", i % 4) for i in range(20)]
+    layout = msgpack_columns.layout(values[0], "rgb.npy", npy_header_size)
+    columns = msgpack_columns.columns([memoryview(v) for v in values], layout)
+    assert columns["__key__"] == [f"k{i:02d}" for i in range(20)]
+    assert columns["cls"].tolist() == [i % 4 for i in range(20)]
+    assert bytes(columns["rgb.npy"].rests[5]) == b"\x07" * 12
+    assert columns["rgb.npy"].head == b"\x93NUMPY\x01\x00\x06\x00{}    "
+    odd = {"longer key": value("k100", 1), "class id of two bytes": value("k05", 300)[:-1],
+           "a class id's byte flipped": _flipped(values[5], values[5].index(b"cls") + 3),
+           "a name's byte flipped": _flipped(values[5], 3),
+           "another .npy header": value("k05", 1).replace(b"{}  ", b"{ } "),
+           "a key that is not UTF-8": values[5].replace(b"k05", b"k\xff5")}
+    for name, other in odd.items():
+        assert msgpack_columns.columns(values[:5] + [other] + values[6:], layout) is None, name
+    assert msgpack_columns.layout(msgpack.packb({"a": 1.5, "rgb.npy": b"x"}), "rgb.npy") is None
+    assert msgpack_columns.layout(msgpack.packb({"rgb.npy": b"x", "a": 1}), "rgb.npy") is None
+
+
+def _flipped(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x80]) + data[at + 1:]
+
+
+def test_a_damaged_value_in_a_window_of_columns_is_named(packed, tmp_path):
+    """A value of a raw LMDB pack whose map header is damaged leaves its window to be
+    decoded value by value, which names its key."""
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(packed["lmdb", "raw"], folder)
+    data = bytearray((folder / "data.mdb").read_bytes())
+    env = lmdb.open(str(packed["lmdb", "raw"]), readonly=True, lock=False)
+    with env.begin() as txn:
+        at = data.index(txn.get(b"0000000007"))
+    env.close()
+    data[at + 1] = 0xC1  # the first entry's name: a byte msgpack never writes
+    (folder / "data.mdb").write_bytes(bytes(data))
+    for workers in (0, 2):
+        ds = packer.open_dataset(folder, on_error="raise")
+        with pytest.raises(packer.read.loader.DatasetError, match="key 0000000007 is damaged"):
+            list(packer.DataLoader(ds, batch_size=8, num_workers=workers))

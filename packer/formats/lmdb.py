@@ -24,7 +24,7 @@ import lmdb
 import msgpack
 
 from packer.errors import DatasetError
-from packer.formats import protocol
+from packer.formats import msgpack_columns, protocol
 from packer.formats.base import ProcessReader, Writer
 from packer.formats.protocol import (
     block_limits,
@@ -35,7 +35,14 @@ from packer.formats.protocol import (
     shared_files,
 )
 from packer.formats.readahead import DONE, mapped_range
-from packer.sample import INDEX_KEY, INDEX_KEY_BYTES, RAW_IMAGE_FIELD, SAMPLES, msgpack_default
+from packer.sample import (
+    INDEX_KEY,
+    INDEX_KEY_BYTES,
+    RAW_IMAGE_FIELD,
+    SAMPLES,
+    msgpack_default,
+    npy_header_size,
+)
 
 NAME = "lmdb"
 PART = "part"  # samples committed in one write transaction
@@ -155,12 +162,12 @@ class Reader(ProcessReader):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
         check_environment(folder, manifest["count"])
 
-    _txn = _in_place = None  # read_in_place's transaction and decoder, in this process
+    _txn = _in_place = _layout = None  # read_window's transaction and decoders, here
 
     def _open_handle(self, inherited):
         if inherited is not None:  # an LMDB handle must not be used in a forked child
             inherited.close()  # (readonly, lock-free: closing it is safe)
-        self._txn, self._in_place, self._held = None, None, deque([[]])
+        self._txn, self._in_place, self._layout, self._held = None, None, None, deque([[]])
         return _open_readonly(self.folder)
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
@@ -175,25 +182,42 @@ class Reader(ProcessReader):
         except lmdb.Error as err:
             raise self._damaged(first, count, err) from None
 
-    def read_in_place(self, part: int, start: int, count: int, field: str) -> list[dict]:
-        """As `read`, but `field` of each sample may be a memoryview of the memory map
-        (InPlace), valid until `close()`: one read transaction stays open until then.
-        Their pages stay in this process until `next_window` lets them go."""
-        first = self.firsts[part] + start
+    def read_window(self, runs, field: str) -> dict | list[dict]:
+        """The samples of `runs` (a window of the loader's), as {field name: column}
+        where their values share one layout (msgpack_columns), else as a list of
+        samples whose `field` may be a memoryview of the memory map (InPlace), valid
+        until `close()`: one read transaction stays open until then. Their pages stay
+        in this process until `next_window` lets them go."""
         try:
             env = self.handle()
             if self._txn is None:
                 self._txn = env.begin(buffers=True)
-            values = self._values(self._txn, first, count)
-            in_place = self._in_place or InPlace(field, values[0] if values else b"")
+            values = [self._values(self._txn, self.firsts[run.part] + run.start, run.count)
+                      for run in runs]
+        except lmdb.Error as err:
+            first = self.firsts[runs[0].part] + runs[0].start
+            raise self._damaged(first, sum(run.count for run in runs), err) from None
+        self._held[-1] += [(run[0], run[-1]) for run in values if run]
+        window = self._columns([value for run in values for value in run], field)
+        if window is not None:
+            return window
+        samples = []
+        for run, run_values in zip(runs, values, strict=True):
+            in_place = self._in_place or InPlace(field, run_values[0] if run_values else b"")
             if in_place.entry:  # kept once the first value gave the layout
                 self._in_place = in_place
-            samples = self._decode_all(values, first, in_place)
-        except lmdb.Error as err:
-            raise self._damaged(first, count, err) from None
-        if values:
-            self._held[-1].append((values[0], values[-1]))
+            samples += self._decode_all(run_values, self.firsts[run.part] + run.start,
+                                        in_place)
         return samples
+
+    def _columns(self, values: list, field: str) -> dict | None:
+        """The window's values as columns, if they all have the layout of the first
+        (stored pixels: with the first's .npy header)."""
+        if not values:
+            return None
+        if self._layout is None or len(values[0]) != self._layout.length:
+            self._layout = msgpack_columns.layout(values[0], field, npy_header_size)
+        return self._layout and msgpack_columns.columns(values, self._layout)
 
     def next_window(self) -> None:
         """The loader begins a window of runs: the samples read in place for the window
@@ -205,12 +229,13 @@ class Reader(ProcessReader):
     def close(self) -> None:
         if self._txn is not None and self._pid == os.getpid():
             self._txn.abort()
-        self._txn = self._in_place = None
+        self._txn = self._in_place = self._layout = None
         self._held = deque([[]])
         super().close()
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_txn": None, "_in_place": None, "_held": deque([[]])}
+        return {**super().__getstate__(), "_txn": None, "_in_place": None, "_layout": None,
+                "_held": deque([[]])}
 
     def _values(self, txn, first: int, count: int) -> list:
         cursor = txn.cursor()

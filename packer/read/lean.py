@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from packer.formats.msgpack_columns import Bins
 from packer.read.batches import batch_buffer, pixel_batch
 from packer.read.decode import IMAGE_FIELDS, field_kind, npy_array
 from packer.sample import KEY, RAW_IMAGE_FIELD
@@ -60,22 +61,29 @@ def plan(field_counts: dict[str, int], samples: int, mode: str,
 def batch(samples: list[dict], lean: Plan, decoded: Callable[[list[dict]], dict | None]):
     """The batch of `samples` as planned; `decoded(samples)` where they differ from it."""
     try:
-        return _planned(samples, lean)
+        if any(len(sample) != len(lean.fields) for sample in samples):
+            raise KeyError("fields differ")
+        return _planned([sample[KEY] for sample in samples],
+                        lambda name: [sample[name] for sample in samples], lean)
     except (KeyError, ValueError, TypeError, IndexError):
         return decoded(samples)
 
 
-def _planned(samples: list[dict], lean: Plan) -> dict:
-    width = len(lean.fields)
-    if any(len(sample) != width for sample in samples):
-        raise KeyError("fields differ")
-    keys = [sample[KEY] for sample in samples]
+def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lean: Plan,
+             pixels_of: Callable[[str], torch.Tensor] | None = None) -> dict:
+    """A batch from its keys and each field's values (`values_of(field)`), stored
+    pixels by `pixels_of(field)` if given."""
     out: dict = {KEY: keys}
     for name, how in lean.fields.items():
         if name == KEY:
             continue
-        values = [sample[name] for sample in samples]
-        if how == PIXELS:
+        if how == PIXELS and pixels_of is not None:
+            out[name] = pixels_of(name)
+            continue
+        values = values_of(name)
+        if isinstance(values, np.ndarray):  # ints, read as a column
+            out[name] = torch.from_numpy(values)
+        elif how == PIXELS:
             out[name] = _pixels(values, lean.size, name, keys)
         elif how == CLASS or type(values[0]) is int:
             out[name] = torch.tensor([int(value) for value in values])
@@ -84,6 +92,81 @@ def _planned(samples: list[dict], lean: Plan) -> dict:
         else:  # floats, arrays ...: as torch's collate makes them
             raise TypeError(f"{name} holds {type(values[0]).__name__}")
     return out
+
+
+# Batches from windows. A reader may give a window of samples as columns ({field:
+# column}: a list, an array, or Bins; packer.formats.msgpack_columns);
+# a batch then takes its samples' rows from each window's columns, field by field.
+
+def window_batches(windows, size: int, drop_last: bool, make: Callable[[list], object]):
+    """(batch, its count of samples) of `size` samples from `windows` ((columns or
+    samples, the positions to emit in order), as plan.read_windows gives them), each
+    made by `make(pieces)` from (window, positions) of each window it takes from."""
+    pieces, filled = [], 0
+    for window, positions in windows:
+        positions, at = positions.tolist(), 0
+        while at < len(positions):
+            take = min(size - filled, len(positions) - at)
+            pieces.append((window, positions[at:at + take]))
+            filled, at = filled + take, at + take
+            if filled == size:
+                yield make(pieces), filled
+                pieces, filled = [], 0
+    if filled and not drop_last:
+        yield make(pieces), filled
+
+
+def pieces_batch(pieces: list, lean: Plan, decoded: Callable[[list[dict]], dict | None]):
+    """The batch of `pieces` (window_batches) as planned: from their columns where
+    every window has them, with the planned fields; else sample by sample (`batch`)."""
+    if all(isinstance(window, dict) and window.keys() == lean.fields.keys()
+           for window, _ in pieces):
+        try:
+            return _planned([window[KEY][i] for window, at in pieces for i in at],
+                            lambda name: _gathered(pieces, name), lean,
+                            lambda name: _column_pixels(pieces, name, lean.size))
+        except (ValueError, TypeError, IndexError):
+            pass
+    return batch([_sample(window, i) for window, at in pieces for i in at], lean, decoded)
+
+
+def _gathered(pieces: list, name: str) -> list | np.ndarray:
+    columns = [window[name] for window, _ in pieces]
+    if all(isinstance(column, np.ndarray) and column.ndim == 1 for column in columns):
+        return np.concatenate([column[at] for column, (_, at) in zip(columns, pieces,
+                                                                     strict=True)])
+    return [column[i] for column, (_, at) in zip(columns, pieces, strict=True) for i in at]
+
+
+def _sample(window: dict | list, i: int) -> dict:
+    """Sample `i` of a window, as a reader would give it one by one."""
+    if isinstance(window, list):
+        return window[i]
+    return {name: _cell(column, i) for name, column in window.items()}
+
+
+def _cell(column, i: int):
+    if isinstance(column, Bins):
+        return column.head + column.rests[i].tobytes()
+    return int(column[i]) if isinstance(column, np.ndarray) else column[i]
+
+
+def _column_pixels(pieces: list, name: str, size: tuple[int, int] | None) -> torch.Tensor:
+    """Stored pixels of a batch from windows that hold their .npy files as Bins, as
+    (B, 3, H, W): each row of the batch written once, straight from where it lies.
+    The .npy files of a batch must have the first one's header (all of a column do)."""
+    columns = [window[name] for window, _ in pieces]
+    head = columns[0].head
+    if any(not isinstance(column, Bins) or column.head != head for column in columns):
+        raise ValueError("pixels stored in other layouts")
+    first = npy_array(head + columns[0].rests[pieces[0][1][0]].tobytes())
+    if first.dtype != np.uint8 or first.ndim != 3 or (size and first.shape[:2] != size) \
+            or len(columns[0].rests[0]) != first.nbytes:
+        raise ValueError("not uint8 (height, width, channels) pixels at the size asked")
+    out = batch_buffer((sum(len(at) for _, at in pieces), *first.shape))
+    np.concatenate([column.rests[i] for column, (_, at) in zip(columns, pieces, strict=True)
+                    for i in at], out=out.numpy().reshape(-1))
+    return out.permute(0, 3, 1, 2)
 
 
 def _pixels(values: list, size: tuple[int, int] | None, name: str, keys: list[str]):

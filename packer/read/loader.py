@@ -132,7 +132,7 @@ class PackedDataset(IterableDataset):
         if planned:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
-            collate = partial(lean.batch, lean=planned, decoded=decoded)
+            collate = partial(lean.pieces_batch, lean=planned, decoded=decoded)
             return map(shipped, self._planned_batches(worker, workers, planned.in_place,
                                                       batching, collate, info is None))
         samples = self.iter_worker(worker, workers, arrays, holes)
@@ -144,15 +144,19 @@ class PackedDataset(IterableDataset):
 
     def _planned_batches(self, worker: int, workers: int, in_place: str | None,
                          batching: tuple[int, bool], collate, counted: bool):
-        """The worker's batches made by `collate` from its samples as read. The reader
-        closes after the last batch is made: a field `in_place` may lie in its memory
-        map until then (plan.read_windows)."""
+        """The worker's batches, each made by `collate` from the pieces of the windows
+        it takes its samples from, as read (lean.window_batches). The reader closes
+        after the last batch is made: a field `in_place` may lie in its memory map
+        until then (plan.read_windows)."""
         runs = self._runs(worker, workers)
         reader = self.source.reader(runs)
+        self._emitted = 0
         try:
-            samples = self._read(reader, runs, worker, workers, None, in_place)
-            yield from batches(self._counted(samples) if counted else samples, *batching,
-                               collate)
+            windows = plan.read_windows(reader, runs, self.window, self._order(worker),
+                                        self._skip(worker, workers), in_place)
+            for made, size in lean.window_batches(windows, *batching, collate):
+                self._emitted += size if counted else 0
+                yield made
         finally:
             reader.close()
 
@@ -254,26 +258,26 @@ class PackedDataset(IterableDataset):
             reader.close()
 
     def _read(self, reader, runs: list[plan.Segment], worker: int, num_workers: int,
-              decoder: Decoder | None, in_place: str | None = None):
-        """The samples of `runs` in their order, each decoded or None where it failed
-        (as read, without a decoder; `in_place`: see plan.read_windows): read in windows
-        of contiguous runs, decoded in `threads` threads if asked."""
-        pool = (ThreadPoolExecutor(self.threads, "packer-decode")
-                if self.threads > 1 and decoder is not None else None)
-        order = partial(plan.window_order, shuffle=self.shuffle, seed=self.seed,
-                        epoch=self.epoch, rank=self.rank, worker=worker)
+              decoder: Decoder):
+        """The samples of `runs` in their order, each decoded or None where it failed:
+        read in windows of contiguous runs, decoded in `threads` threads if asked."""
+        pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
         try:
-            for raw, indices in plan.read_windows(reader, runs, self.window, order,
-                                                  self._skip(worker, num_workers), in_place):
-                if decoder is None:  # batches made from the samples as read
-                    yield from map(raw.__getitem__, indices)
-                elif pool is None:
+            for raw, indices in plan.read_windows(reader, runs, self.window,
+                                                  self._order(worker),
+                                                  self._skip(worker, num_workers)):
+                if pool is None:
                     yield from (self._decode(raw[index], decoder) for index in indices)
                 else:
                     yield from self._decode_in_threads(raw, indices, decoder, pool)
         finally:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
+
+    def _order(self, worker: int):
+        """The order of each window's samples (plan.window_order) for `worker`."""
+        return partial(plan.window_order, shuffle=self.shuffle, seed=self.seed,
+                       epoch=self.epoch, rank=self.rank, worker=worker)
 
     def _decode_in_threads(self, raw: list[dict], indices, decoder: Decoder, pool):
         """The samples at `indices` decoded by the pool's threads, in that order (a few

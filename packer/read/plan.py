@@ -20,7 +20,6 @@ sequence says exactly which samples came before it, so resuming is a skip.
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
@@ -127,14 +126,13 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
     """(the samples of each window of `runs`, as `reader` reads them; the positions in
     it to emit, in `order(size, number=...)`), leaving out the first `skip` samples.
     A reader with `prefetch(runs)` is told each window, and the next, before it reads
-    one (packer.formats.readahead). With `in_place`, a reader with `read_in_place`
-    may leave that field of its samples where it lies, valid until the reader is
-    closed; it is told when each window begins (`next_window`)."""
+    one (packer.formats.readahead). With `in_place`, a reader with `read_window` reads
+    each window itself, as columns or as samples whose field `in_place` may lie where
+    it is until the reader is closed; it is told when each window begins
+    (`next_window`)."""
     cut = list(windows(runs, window))
     prefetch = getattr(reader, "prefetch", None)
-    read, next_window = reader.read, None
-    if in_place and hasattr(reader, "read_in_place"):
-        read, next_window = partial(reader.read_in_place, field=in_place), reader.next_window
+    own_window = getattr(reader, "read_window", None) if in_place else None
     position, advised = 0, -1  # samples passed; the last window read ahead
     for number, runs_in in enumerate(cut):
         size = sum(run.count for run in runs_in)
@@ -145,8 +143,10 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
             for ahead in cut[max(number, advised + 1):number + 2]:
                 prefetch(ahead)
             advised = number + 1
-        if next_window is not None:
-            next_window()
-        raw = [s for run in runs_in for s in read(run.part, run.start, run.count)]
+        if own_window is not None:
+            reader.next_window()
+            raw = own_window(runs_in, in_place)
+        else:
+            raw = [s for run in runs_in for s in reader.read(run.part, run.start, run.count)]
         yield raw, order(size, number=number)[max(0, skip - position):]
         position += size
