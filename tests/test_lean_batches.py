@@ -303,3 +303,27 @@ def test_a_damaged_value_in_a_window_of_columns_is_named(packed, tmp_path):
         ds = packer.open_dataset(folder, on_error="raise")
         with pytest.raises(packer.read.loader.DatasetError, match="key 0000000007 is damaged"):
             list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
+
+
+def test_a_failing_run_of_a_window_is_named_by_its_own_samples(packed, monkeypatch):
+    """The runs of a shuffled window lie apart: LMDB's error in one names that run's
+    samples, not a range from the window's first sample."""
+    from packer.formats import lmdb as lmdb_format
+    from packer.read import plan
+
+    ds = packer.open_dataset(packed["lmdb", "raw"])
+    reader = ds.source.reader()
+    runs = [plan.Segment(0, 0, 8), plan.Segment(0, 100, 8)]
+    first_of_second = reader.firsts[0] + 100
+    real = lmdb_format.Reader._values
+
+    def values(self, txn, first, count):
+        if first == first_of_second:
+            raise lmdb.CorruptedError("MDB_CORRUPTED: Located page was wrong type")
+        return real(self, txn, first, count)
+
+    monkeypatch.setattr(lmdb_format.Reader, "_values", values)
+    with pytest.raises(packer.read.loader.DatasetError,
+                       match=f"samples {first_of_second:,} to {first_of_second + 7:,}"):
+        reader.read_window(runs, "rgb.npy")
+    reader.close()

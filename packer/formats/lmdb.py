@@ -188,15 +188,15 @@ class Reader(ProcessReader):
         samples whose `field` may be a memoryview of the memory map (InPlace), valid
         until `close()`: one read transaction stays open until then. Their pages stay
         in this process until `next_window` lets them go."""
-        try:
-            env = self.handle()
-            if self._txn is None:
-                self._txn = env.begin(buffers=True)
-            values = [self._values(self._txn, self.firsts[run.part] + run.start, run.count)
-                      for run in runs]
-        except lmdb.Error as err:
-            first = self.firsts[runs[0].part] + runs[0].start
-            raise self._damaged(first, sum(run.count for run in runs), err) from None
+        if self._txn is None:
+            self._txn = self.handle().begin(buffers=True)
+        values = []
+        for run in runs:  # a window's runs lie apart: the one that fails is named
+            first = self.firsts[run.part] + run.start
+            try:
+                values.append(self._values(self._txn, first, run.count))
+            except lmdb.Error as err:
+                raise self._damaged(first, run.count, err) from None
         self._held[-1] += [(run[0], run[-1]) for run in values if run]
         window = self._columns([value for run in values for value in run], field)
         if window is not None:
