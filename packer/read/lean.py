@@ -121,10 +121,13 @@ def pieces_batch(pieces: list, lean: Plan, decoded: Callable[[list[dict]], dict 
     every window has them, with the planned fields; else sample by sample (`batch`)."""
     if all(isinstance(window, dict) and window.keys() == lean.fields.keys()
            for window, _ in pieces):
+        in_place = lean.in_place and all(isinstance(window[lean.in_place], Bins)
+                                         for window, _ in pieces)
         try:
             return _planned([window[KEY][i] for window, at in pieces for i in at],
                             lambda name: _gathered(pieces, name), lean,
-                            lambda name: _column_pixels(pieces, name, lean.size))
+                            (lambda name: _column_pixels(pieces, name, lean.size))
+                            if in_place else None)
         except (ValueError, TypeError, IndexError):
             pass
     return batch([_sample(window, i) for window, at in pieces for i in at], lean, decoded)

@@ -153,7 +153,7 @@ class PackedDataset(IterableDataset):
         self._emitted = 0
         try:
             windows = plan.read_windows(reader, runs, self.window, self._order(worker),
-                                        self._skip(worker, workers), in_place)
+                                        self._skip(worker, workers), in_place, columns=True)
             for made, size in lean.window_batches(windows, *batching, collate):
                 self._emitted += size if counted else 0
                 yield made

@@ -122,9 +122,10 @@ def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, wor
 
 
 def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
-                 in_place: str | None = None):
+                 in_place: str | None = None, columns: bool = False):
     """(the samples of each window of `runs`, as `reader` reads them; the positions in
-    it to emit, in `order(size, number=...)`), leaving out the first `skip` samples.
+    it to emit, in `order(size, number=...)`), leaving out the first `skip` samples;
+    with `columns`, as {field: column} where the reader's `read_columns` can.
     A reader with `prefetch(runs)` is told each window, and the next, before it reads
     one (packer.formats.readahead). With `in_place`, a reader with `read_window` reads
     each window itself, as columns or as samples whose field `in_place` may lie where
@@ -133,6 +134,7 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
     cut = list(windows(runs, window))
     prefetch = getattr(reader, "prefetch", None)
     own_window = getattr(reader, "read_window", None) if in_place else None
+    own_columns = getattr(reader, "read_columns", None) if columns else None
     position, advised = 0, -1  # samples passed; the last window read ahead
     for number, runs_in in enumerate(cut):
         size = sum(run.count for run in runs_in)
@@ -147,6 +149,9 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
             reader.next_window()
             raw = own_window(runs_in, in_place)
         else:
-            raw = [s for run in runs_in for s in reader.read(run.part, run.start, run.count)]
+            raw = own_columns(runs_in) if own_columns is not None else None
+            if raw is None:
+                raw = [s for run in runs_in for s in reader.read(run.part, run.start,
+                                                                 run.count)]
         yield raw, order(size, number=number)[max(0, skip - position):]
         position += size

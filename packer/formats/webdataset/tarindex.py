@@ -150,6 +150,17 @@ class ShardIndex:
     def count(self) -> int:
         return len(self.keys)
 
+    def same_fields(self) -> tuple[str, ...] | None:
+        """The fields of every sample, if each has the same ones in the same order."""
+        if not self.keys:
+            return None
+        width = int(self.first[1])
+        fields = self.field[:width]
+        if len(set(fields)) != width or self.field != fields * self.count \
+                or not np.array_equal(self.first, np.arange(self.count + 1) * width):
+            return None
+        return tuple(fields)
+
 
 def index_shard(path: str) -> ShardIndex:
     """One pass over a shard's headers (through a memory map: no read per header)."""
@@ -202,11 +213,12 @@ def saved_index(shard: str, sha256: str) -> ShardIndex | None:
         if (saved["tag"] != _INDEX_TAG or saved["sha256"] != sha256
                 or saved["bytes"] != os.path.getsize(shard)):
             return None
-        names, codes = saved["names"], np.frombuffer(saved["field"], np.uint16)
+        names = [sys.intern(name) for name in saved["names"]]
+        codes = np.frombuffer(saved["field"], np.uint16).tolist()
         index = ShardIndex(saved["keys"], np.frombuffer(saved["first"], np.int64),
                            np.frombuffer(saved["offset"], np.int64),
                            np.frombuffer(saved["size"], np.int64),
-                           [sys.intern(names[c]) for c in codes.tolist()])
+                           list(map(names.__getitem__, codes)))
         return index if _agrees(index, shard) else None
     except (OSError, ValueError, KeyError, TypeError, IndexError, msgpack.UnpackException):
         return None
@@ -240,6 +252,7 @@ class Reader(PartFiles):
                  digests: list[str] | None = None):
         self.paths, self.int_fields, self.digests = paths, int_fields, digests
         self._indexes: dict[int, ShardIndex] = {}
+        self._fields: dict[int, tuple[str, ...] | None] = {}
 
     def index(self, part: int) -> ShardIndex:
         """The shard's index: the one saved beside it, given the shard's sha256 (from
@@ -271,6 +284,55 @@ class Reader(PartFiles):
                                 else value)
             samples.append(sample)
         return samples
+
+    def read_columns(self, runs) -> dict | None:
+        """The samples of `runs` as {field: column}: keys and bytes as lists, int fields
+        as an int64 array, without a dict per sample; None unless every sample of their
+        shards has the same fields in the same order, each int field holding an int (the
+        samples are then read one by one, and what differs is named)."""
+        columns: dict[str, list] = {}
+        fields = None
+        for run in runs:
+            if fields not in (None, self._same_fields(run.part)):
+                return None
+            fields = self._same_fields(run.part)
+            read = fields and self._run_columns(run, fields)
+            if not read:
+                return None
+            for name, values in read.items():
+                columns.setdefault(name, []).extend(values)
+        try:
+            return {name: np.array(values, np.int64) if name in self.int_fields else values
+                    for name, values in columns.items()} or None
+        except OverflowError:
+            return None
+
+    def _same_fields(self, part: int) -> tuple[str, ...] | None:
+        if part not in self._fields:
+            self._fields[part] = self.index(part).same_fields()
+        return self._fields[part]
+
+    def _run_columns(self, run, fields: tuple[str, ...]) -> dict | None:
+        index, width = self.index(run.part), len(fields)
+        offsets = index.offset[run.start * width:(run.start + run.count) * width]
+        sizes = index.size[run.start * width:(run.start + run.count) * width]
+        if len(offsets) != run.count * width or not len(offsets):
+            return None
+        low, high = int(offsets[0]), int(offsets[-1] + sizes[-1])
+        data = os.pread(self._fd(run.part), high - low, low)
+        if len(data) != high - low:
+            return None
+        starts = (offsets - low).reshape(run.count, width)
+        ends = (starts + sizes.reshape(run.count, width)).T.tolist()
+        out = {KEY: index.keys[run.start:run.start + run.count]}
+        for column, name in enumerate(fields):
+            values = list(map(data.__getitem__, map(slice, starts[:, column].tolist(),
+                                                    ends[column])))
+            try:
+                out[name] = list(map(int, values)) if name in self.int_fields else values
+            except ValueError:
+                return None
+        return out
 
     def prefetch(self, runs) -> None:
         """Ask the kernel to read ahead the byte ranges of `runs` (packer.formats.readahead)."""

@@ -1,0 +1,113 @@
+"""Tar shards read a window at a time as columns (keys, class ids, bytes), without a
+dict per sample, where every sample has the same members; other shards sample by
+sample, with the same batches and the same errors."""
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+import packer
+from conftest import image_bytes, run
+from packer.errors import DatasetError
+from packer.read import plan
+from packer.read.batches import collate_samples
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tarcolumns")
+    images = root / "images"
+    for c in range(3):
+        (images / f"c{c}").mkdir(parents=True)
+        for i in range(40):
+            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i))
+    run("pack", images, "--to", "webdataset", "-o", root / "wds", "--max-count", "50", "-q")
+    return root / "wds"
+
+
+def foreign(folder, samples: list[list[tuple[str, bytes]]]):
+    """A dataset of one shard written by another tool, with `samples` (member lists)."""
+    folder.mkdir()
+    with tarfile.open(folder / "shard-000000.tar", "w") as tar:
+        for members in samples:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    count = len(samples)
+    manifest = {"format": "webdataset", "layout_version": 2, "count": count, "tool": "packer",
+                "created": "2026-12-01T00:00:00+00:00",
+                "fields": {"jpg": {"dtype": "bytes", "count": count, "bytes": 1},
+                           "cls": {"dtype": "int64", "count": count, "bytes": 0}},
+                "classes": None, "parts": [{"index": 0, "first": 0, "count": count,
+                                            "bytes": (folder / "shard-000000.tar").stat().st_size,
+                                            "name": "shard-000000.tar", "sha256": "0" * 64}],
+                "source": {"kind": "files", "path": "x", "labels": "none"},
+                "skipped": [], "ignored": [], "options": {}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def batches_match_per_sample(folder, workers: int) -> list[dict]:
+    ds = packer.open_dataset(folder, decode="raw", shuffle=True, seed=1)
+    ours = list(packer.DataLoader(ds, batch_size=16, num_workers=workers))
+    theirs = list(torch.utils.data.DataLoader(ds, batch_size=16, num_workers=workers,
+                                              collate_fn=collate_samples))
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.keys() == b.keys() and a["__key__"] == b["__key__"] and a["jpg"] == b["jpg"]
+        assert a["cls"].dtype == b["cls"].dtype == torch.int64
+        assert torch.equal(a["cls"], b["cls"])
+    return ours
+
+
+def test_a_window_of_packer_shards_is_read_as_columns(shards):
+    ds = packer.open_dataset(shards, decode="raw")
+    reader = ds.source.reader()
+    runs = next(plan.windows(ds._runs(0, 1), 100))  # 100 samples: across two shards
+    window = reader.read_columns(runs)
+    samples = [s for run in runs for s in reader.read(run.part, run.start, run.count)]
+    reader.close()
+    assert set(window) == {"__key__", "cls", "jpg"} and len(window["jpg"]) == 100
+    assert isinstance(window["cls"], np.ndarray) and window["cls"].dtype == np.int64
+    assert window["__key__"] == [s["__key__"] for s in samples]
+    assert window["cls"].tolist() == [s["cls"] for s in samples]
+    assert window["jpg"] == [s["jpg"] for s in samples]
+    for workers in (0, 2):
+        assert sum(len(b["jpg"]) for b in batches_match_per_sample(shards, workers)) == 120
+
+
+def test_shards_whose_samples_differ_in_members_are_read_sample_by_sample(tmp_path):
+    """Members in another order in one sample: that shard gives no columns, and its
+    batches are still the per-sample ones."""
+    samples = [[(f"{i:02d}.jpg", image_bytes(i)), (f"{i:02d}.cls", str(i % 3).encode())]
+               for i in range(30)]
+    samples[7].reverse()
+    folder = foreign(tmp_path / "mixed", samples)
+    ds = packer.open_dataset(folder, decode="raw")
+    reader = ds.source.reader()
+    assert reader.read_columns([plan.Segment(0, 0, 30)]) is None
+    assert reader.read_columns([plan.Segment(0, 0, 30)]) is None  # known once, kept
+    reader.close()
+    for workers in (0, 2):
+        batches_match_per_sample(folder, workers)
+
+
+def test_a_class_id_that_is_not_a_number_is_named_in_a_batch(tmp_path):
+    samples = [[(f"{i:02d}.jpg", image_bytes(i)), (f"{i:02d}.cls", str(i % 3).encode())]
+               for i in range(30)]
+    samples[11][1] = ("11.cls", b"cat")
+    folder = foreign(tmp_path / "cat", samples)
+    ds = packer.open_dataset(folder, decode="raw")
+    reader = ds.source.reader()
+    assert reader.read_columns([plan.Segment(0, 0, 30)]) is None
+    reader.close()
+    for workers in (0, 2):
+        ds = packer.open_dataset(folder, decode="raw", on_error="raise")
+        with pytest.raises(DatasetError, match=r"shard-000000.tar: the member at byte offset "
+                                               r"\d[\d,]* holds b'cat', not a class id"):
+            list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
