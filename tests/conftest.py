@@ -23,6 +23,17 @@ def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 20)) 
     return out.getvalue()
 
 
+def class_images(root: Path, classes: int, per_class: int,
+                 size=lambda i: (24, 20)) -> Path:
+    """Class folders c0, c1, ... of `per_class` JPEGs each, image i of `size(i)`."""
+    for c in range(classes):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            (root / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i,
+                                                                       size=size(i)))
+    return root
+
+
 @pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     """An ImageFolder tree: 3 classes, nested folders, sidecars, awkward names."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import packer
-from conftest import image_bytes, run
+from conftest import class_images, image_bytes, run
 from packer.errors import DatasetError
 from packer.read import plan
 from packer.read.batches import collate_samples
@@ -20,12 +20,8 @@ from packer.read.batches import collate_samples
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     root = tmp_path_factory.mktemp("tarcolumns")
-    images = root / "images"
-    for c in range(3):
-        (images / f"c{c}").mkdir(parents=True)
-        for i in range(40):
-            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i))
-    run("pack", images, "--to", "webdataset", "-o", root / "wds", "--max-count", "50", "-q")
+    run("pack", class_images(root / "images", 3, 40), "--to", "webdataset", "-o", root / "wds",
+        "--max-count", "50", "-q")
     return root / "wds"
 
 

@@ -15,7 +15,7 @@ copying a small one.
 
 import gc
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -28,8 +28,9 @@ from packer.sample import KEY
 
 
 def batches(samples: Iterable[dict | None], size: int, drop_last: bool, collate) -> Iterator:
-    """`samples` in batches of `size` (the last one shorter unless `drop_last`), each made
-    by `collate(list of samples)`: what torch's fetcher makes of an IterableDataset.
+    """(batch, the positions it covers) of `samples` in batches of `size` (the last one
+    shorter unless `drop_last`), each made by `collate(list of samples)`: what torch's
+    fetcher makes of an IterableDataset.
     A None (a sample skipped with on_error="skip") counts in its batch's size but is
     left out of it: batches cover the same positions whatever fails, so that the count
     of batches says where an epoch is (an exact resume) and every rank gives as many;
@@ -41,10 +42,10 @@ def batches(samples: Iterable[dict | None], size: int, drop_last: bool, collate)
         if sample is not None:
             batch.append(sample)
         if taken == size:
-            yield collate(batch) if batch else None
+            yield (collate(batch) if batch else None), taken
             batch, taken = [], 0
     if taken and not drop_last:
-        yield collate(batch) if batch else None
+        yield (collate(batch) if batch else None), taken
 
 
 SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pickle
@@ -57,6 +58,12 @@ class Shipped(NamedTuple):
     batch: dict
     arrays: tuple[str, ...]
     slotted: tuple[str, ...] = ()
+
+    def pin_memory(self, device=None):
+        """torch's pinning thread passes over a batch on its way: it would pin a
+        copy of a slot's storage, which the worker never writes again (`landed` pins
+        the batch's tensors instead)."""
+        return self
 
 
 def shipped(batch):
@@ -72,6 +79,74 @@ def shipped(batch):
     refs = {n: slots.ref(v) for n, v in tensors.items() if n not in arrays}
     out.update((n, ref) for n, ref in refs.items() if ref is not None)
     return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None))
+
+
+# A worker hands batches that are quick to make (nothing to decode) over a few at a time:
+# torch's cost for each item it passes (about 0.1 ms of the training process's time, and
+# as much of the worker's) is then paid once for them; packer.DataLoader gives them in
+# torch's order all the same. Decoded batches go one by one.
+GROUP = 8  # batches handed over together, at most
+GROUP_BYTES = 4 << 20  # of their tensors, at most
+
+
+class Handover(NamedTuple):
+    """Batches a worker hands over together, with the positions of its samples each
+    covers (skipped samples too): the training process counts exactly how far into
+    each worker's share of the epoch it has gone (PackedDataset.state_dict)."""
+
+    worker: int
+    sizes: tuple[int, ...]
+    batches: list
+
+    def pin_memory(self, device=None):
+        return self  # see Shipped.pin_memory
+
+
+def handed_over(made: Iterable[tuple], worker: int | None, group: int) -> Iterator:
+    """The (batch, positions) pairs `made`: in a DataLoader worker (its id), shipped in
+    Handovers of up to `group` batches (GROUP_BYTES of tensors); elsewhere the batches
+    as they are."""
+    if worker is None:
+        return (batch for batch, _ in made)
+    return _handovers(made, worker, group)
+
+
+def _handovers(made: Iterable[tuple], worker: int, group: int) -> Iterator[Handover]:
+    batches_in, sizes, nbytes = [], [], 0
+    for batch, size in made:
+        batches_in.append(shipped(batch))
+        sizes.append(size)
+        nbytes += sum(value.nbytes for value in (batch or {}).values()
+                      if isinstance(value, torch.Tensor))
+        if len(batches_in) == group or nbytes >= GROUP_BYTES:
+            yield Handover(worker, tuple(sizes), batches_in)
+            batches_in, sizes, nbytes = [], [], 0
+    if batches_in:
+        yield Handover(worker, tuple(sizes), batches_in)
+
+
+def in_turn(handovers: Iterable, counts: list[int]) -> Iterator[tuple]:
+    """(batch, worker, positions) of the workers' `handovers` in the order torch gives
+    batches: one of each worker's in turn, passing over those that have given their
+    `counts` of batches (torch takes the items of its workers in turn, and a worker's
+    handover holds a few batches). Batches past the counts come last, as they come."""
+    waiting = [deque() for _ in counts]
+    handovers = iter(handovers)
+    for turn in range(max(counts, default=0)):
+        for worker in (w for w, count in enumerate(counts) if turn < count):
+            while not waiting[worker]:
+                handover = next(handovers, None)
+                if handover is None:
+                    yield from (entry for queue in waiting for entry in queue)
+                    return
+                waiting[handover.worker].extend(
+                    (batch, handover.worker, size)
+                    for batch, size in zip(handover.batches, handover.sizes, strict=True))
+            yield waiting[worker].popleft()
+    yield from (entry for queue in waiting for entry in queue)
+    for handover in handovers:
+        yield from ((batch, handover.worker, size)
+                    for batch, size in zip(handover.batches, handover.sizes, strict=True))
 
 
 def landed(batch, pin: bool = False):

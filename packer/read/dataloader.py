@@ -3,7 +3,7 @@ in its workers, knows how many were consumed (for an exact resume), and counts t
 
 import torch
 
-from packer.read.batches import collate_samples, landed, widen_result_pipe
+from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
 from packer.read.loader import PackedDataset
 from packer.read.ring import LANDING
 
@@ -12,11 +12,10 @@ _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_worker
                 "multiprocessing_context", "generator")  # torch's DataLoader's, in order
 
 
-# Batches each worker makes ahead of the training process (torch's prefetch_factor). With
-# 2, torch's default, a worker that makes a batch in well under a millisecond waits for
-# the training process to ask for the next one: 4 reads raw pixels a fifth faster on 2
-# cores (tools/bench_decode.py), for two more batches per worker in memory.
-PREFETCH = 4
+# Handovers each worker makes ahead of the training process (torch's prefetch_factor,
+# its default): each holds up to 8 batches that are quick to make (packer.read.batches),
+# one that is not.
+PREFETCH = 2
 
 
 def _pass_on(batch):
@@ -32,7 +31,8 @@ class DataLoader(torch.utils.data.DataLoader):
     Without a collate_fn, batches are made by `collate_samples`: over a PackedDataset,
     by the dataset itself in each worker, which hands over whole batches (stored pixels
     written once, straight into the batch), so the training process only passes them on;
-    each worker then works up to PREFETCH batches ahead unless prefetch_factor= says."""
+    each worker hands them over a few at a time, and works PREFETCH handovers ahead
+    unless prefetch_factor= says."""
 
     def __init__(self, dataset, *args, **kwargs):
         kwargs.update(zip(_LOADER_ARGS, args, strict=False))
@@ -72,8 +72,18 @@ class DataLoader(torch.utils.data.DataLoader):
         widen_result_pipe(batches_in)
         LANDING.forget_exited()
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
-        for count, batch in enumerate(batches_in, start=1):
-            if tracking:
+        if tracking:
+            dataset._delivered = [0] * workers if self._batches_from_dataset and workers \
+                else None
+        if self._batches_from_dataset and workers:
+            handed = in_turn(batches_in, dataset.worker_batches(workers, self.batch_size,
+                                                                self.drop_last))
+        else:
+            handed = ((batch, None, None) for batch in batches_in)
+        for count, (batch, worker, size) in enumerate(handed, start=1):
+            if worker is not None:
+                dataset._delivered[worker] += size
+            elif tracking:
                 dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
             if batch is not None:  # None: a batch whose every sample was skipped
                 yield landed(batch, pin) if self._batches_from_dataset else batch

@@ -25,12 +25,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 from packer.errors import DatasetError
 from packer.read import lean, plan
 from packer.read.batches import (
+    GROUP,
     batches,
     collate_samples,
     collate_with_pixels,
     consumed_per_worker,
     freeze_inherited_objects,
-    shipped,
+    handed_over,
 )
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, image_field, is_image_field, preload
@@ -92,6 +93,7 @@ class PackedDataset(IterableDataset):
         self._resume: dict | None = None
         self._emitted = 0  # samples yielded in this process this epoch (num_workers=0)
         self._consumed_batches = None  # (batches, batch_size, workers, drop_last), by DataLoader
+        self._delivered: list[int] | None = None  # positions of each worker's, by DataLoader
         self._batching: tuple[int, bool] | None = None  # (batch_size, drop_last), by DataLoader
 
     @property
@@ -113,10 +115,18 @@ class PackedDataset(IterableDataset):
         if self._resume and self._resume["epoch"] != epoch:
             self._resume = None
         self.epoch, self._emitted, self._consumed_batches = epoch, 0, None
+        self._delivered = None
 
     def worker_sizes(self, num_workers: int) -> list[int]:
         return [end - begin for begin, end in (plan.worker_span(len(self), w, num_workers)
                                                for w in range(num_workers))]
+
+    def worker_batches(self, num_workers: int, batch_size: int, drop_last: bool) -> list[int]:
+        """How many batches each worker gives in this epoch (of what is left of it,
+        after a resume)."""
+        left = [size - self._skip(worker, num_workers)
+                for worker, size in enumerate(self.worker_sizes(num_workers))]
+        return [size // batch_size if drop_last else -(-size // batch_size) for size in left]
 
     def __iter__(self):
         """This process's samples; or, read through `packer.DataLoader`, its batches."""
@@ -133,18 +143,20 @@ class PackedDataset(IterableDataset):
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
             collate = partial(lean.pieces_batch, lean=planned, decoded=decoded)
-            return map(shipped, self._planned_batches(worker, workers, planned.in_place,
-                                                      batching, collate, info is None))
+            return handed_over(self._planned_batches(worker, workers, planned.in_place,
+                                                     batching, collate, info is None),
+                               info and info.id, GROUP)
         samples = self.iter_worker(worker, workers, arrays, holes)
         if info is None:
             samples = self._counted(samples)
         if batching is None:
             return samples
-        return map(shipped, batches(samples, *batching, collate))
+        return handed_over(batches(samples, *batching, collate), info and info.id, 1)
 
     def _planned_batches(self, worker: int, workers: int, in_place: str | None,
                          batching: tuple[int, bool], collate, counted: bool):
-        """The worker's batches, each made by `collate` from the pieces of the windows
+        """The worker's batches (with the positions each covers), each made by
+        `collate` from the pieces of the windows
         it takes its samples from, as read (lean.window_batches). The reader closes
         after the last batch is made: a field `in_place` may lie in its memory map
         until then (plan.read_windows)."""
@@ -156,7 +168,7 @@ class PackedDataset(IterableDataset):
                                         self._skip(worker, workers), in_place, columns=True)
             for made, size in lean.window_batches(windows, *batching, collate):
                 self._emitted += size if counted else 0
-                yield made
+                yield made, size
         finally:
             reader.close()
 
@@ -325,16 +337,18 @@ class PackedDataset(IterableDataset):
         """Where this rank is in the epoch: load it into a new dataset to continue
         with exactly the samples not yet seen. Progress is known when the dataset is
         read through `packer.DataLoader`, or in the main process (num_workers=0)."""
-        if self._consumed_batches is not None:
-            batches, batch_size, workers, drop_last = self._consumed_batches
-        else:
-            batches, batch_size, workers, drop_last = self._emitted, 1, 0, False
-        workers = max(workers, 1)
         resumed = self._resume if self._resume and self._resume["epoch"] == self.epoch else None
-        before = resumed["consumed"] if resumed else [0] * workers
-        left = [size - done for size, done in zip(self.worker_sizes(workers), before,
-                                                   strict=True)]
-        now = consumed_per_worker(left, batch_size, drop_last, batches)
+        if self._delivered is not None:  # counted by packer.DataLoader, worker by worker
+            workers, now = len(self._delivered), self._delivered
+            before = resumed["consumed"] if resumed else [0] * workers
+        else:  # torch's batches of the samples, taken from the workers in turn
+            batches, batch_size, workers, drop_last = self._consumed_batches or (
+                self._emitted, 1, 0, False)
+            workers = max(workers, 1)
+            before = resumed["consumed"] if resumed else [0] * workers
+            left = [size - done for size, done in zip(self.worker_sizes(workers), before,
+                                                       strict=True)]
+            now = consumed_per_worker(left, batch_size, drop_last, batches)
         return {"epoch": self.epoch, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "num_workers": workers,
                 "consumed": [a + b for a, b in zip(before, now, strict=True)]}

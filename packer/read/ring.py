@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-SLOTS = 16  # buffers per worker
+SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
 _FREE, _LENT = 0, 1
 
 # the count of references to a storage's memory (torch's own; a torch without it

@@ -1,0 +1,78 @@
+"""Batches handed over from the workers a few at a time, given in torch's order, counted
+worker by worker; and torch's pinning thread passing over them on their way."""
+
+import pytest
+import torch
+from torch.utils.data._utils.pin_memory import pin_memory
+
+import packer
+from conftest import class_images, run
+from packer.read import batches, ring
+
+
+def made(count: int, nbytes: int = 8):
+    """(batch, positions) pairs as a worker makes them."""
+    return [({"__key__": [f"k{i}"], "x": torch.zeros(nbytes, dtype=torch.uint8)}, 3)
+            for i in range(count)]
+
+
+def test_a_worker_hands_over_up_to_a_group_of_batches_and_its_bytes(monkeypatch):
+    handovers = list(batches.handed_over(made(19), 1, batches.GROUP))
+    assert [len(h.batches) for h in handovers] == [8, 8, 3]
+    assert all(h.worker == 1 and h.sizes == (3,) * len(h.batches) for h in handovers)
+    assert [len(h.batches) for h in batches.handed_over(made(3), 0, 1)] == [1, 1, 1]
+    monkeypatch.setattr(batches, "GROUP_BYTES", 20)
+    assert [len(h.batches) for h in batches.handed_over(made(7, 8), 0, 8)] == [3, 3, 1]
+    assert [b["__key__"] for b in batches.handed_over(made(2), None, 8)] == [["k0"], ["k1"]]
+
+
+def handover(worker: int, first: int, count: int) -> batches.Handover:
+    return batches.Handover(worker, (1,) * count, [f"w{worker}b{i}"
+                                                   for i in range(first, first + count)])
+
+
+def test_handovers_are_given_in_torchs_order_of_batches():
+    """torch takes each worker's items in turn; a handover holds several batches: the
+    batches come one of each worker's in turn, passing over workers that are done."""
+    items = [handover(0, 0, 2), handover(1, 0, 2), handover(0, 2, 2), handover(1, 2, 1),
+             handover(0, 4, 1)]
+    order = [batch for batch, _, _ in batches.in_turn(items, [5, 3])]
+    assert order == ["w0b0", "w1b0", "w0b1", "w1b1", "w0b2", "w1b2", "w0b3", "w0b4"]
+    assert [worker for _, worker, _ in batches.in_turn(items, [5, 3])] == [0, 1] * 3 + [0, 0]
+    # fewer batches than counted, or more: every batch still comes, once
+    assert sorted(b for b, _, _ in batches.in_turn(items, [7, 3])) == sorted(order)
+    assert sorted(b for b, _, _ in batches.in_turn(items, [2, 1])) == sorted(order)
+
+
+def test_torchs_pinning_thread_passes_over_batches_on_their_way():
+    """torch's pinning thread pins whatever has pin_memory(): a slot's storage too,
+    which would leave the training process a copy that the worker never writes again
+    (every later batch in that slot would show the first one)."""
+    slots = ring.WorkerSlots()
+    ref = slots.ref(slots.tensor((2, 3)))
+    shipped = batches.Shipped({"x": ref, "__key__": ["a", "b"]}, (), ("x",))
+    group = batches.Handover(0, (2,), [shipped])
+    out = pin_memory(group)
+    assert out is group and out.batches[0].batch["x"].storage is ref.storage
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    root = tmp_path_factory.mktemp("handover")
+    run("pack", class_images(root / "images", 2, 45), "--to", "lmdb", "-o", root / "raw.lmdb",
+        "--resize", "8x8", "--encode", "raw", "-q")
+    return root / "raw.lmdb"
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_what_each_worker_delivered_is_counted_exactly(raw, drop_last):
+    ds = packer.open_dataset(raw, shuffle=True, seed=4)
+    loader = packer.DataLoader(ds, batch_size=4, num_workers=3, drop_last=drop_last)
+    got = [key for batch in loader for key in batch["__key__"]]
+    sizes = ds.worker_sizes(3)  # 30 each: 7 batches of 4 and one of 2
+    delivered = [size - size % 4 if drop_last else size for size in sizes]
+    assert len(got) == len(set(got)) == sum(delivered)
+    assert ds.state_dict()["consumed"] == delivered
+    assert ds.worker_batches(3, 4, drop_last) == [size // 4 if drop_last else -(-size // 4)
+                                                  for size in sizes]
