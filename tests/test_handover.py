@@ -45,9 +45,9 @@ def test_handovers_are_given_in_torchs_order_of_batches():
 
 
 def test_torchs_pinning_thread_passes_over_batches_on_their_way():
-    """torch's pinning thread pins whatever has pin_memory(): a slot's storage too,
-    which would leave the training process a copy that the worker never writes again
-    (every later batch in that slot would show the first one)."""
+    """torch's pinning thread pins whatever has pin_memory(): a slot's storage and its
+    flags too, which left the training process copies: the worker never learnt that a
+    slot was free, and after its slots every batch crossed as a new shared file."""
     slots = ring.WorkerSlots()
     ref = slots.ref(slots.tensor((2, 3)))
     shipped = batches.Shipped({"x": ref, "__key__": ["a", "b"]}, (), ("x",))

@@ -60,9 +60,9 @@ class Shipped(NamedTuple):
     slotted: tuple[str, ...] = ()
 
     def pin_memory(self, device=None):
-        """torch's pinning thread passes over a batch on its way: it would pin a
-        copy of a slot's storage, which the worker never writes again (`landed` pins
-        the batch's tensors instead)."""
+        """torch's pinning thread passes over a batch on its way: it would pin copies
+        of a slot's storage and flags, and the worker would never learn that the slot
+        is free (`landed` pins the batch's tensors instead)."""
         return self
 
 
