@@ -9,6 +9,7 @@ bytes: nothing is decoded, and no dict is made, value by value. Values that diff
 any other byte are left to be decoded one by one.
 """
 
+from operator import itemgetter
 from typing import NamedTuple
 
 import msgpack
@@ -37,7 +38,7 @@ class Bins(NamedTuple):
     """A column of bins: the bytes they all begin with, then each one's rest."""
 
     head: bytes
-    rests: list[np.ndarray]  # uint8, sharing the values' bytes
+    rests: list[memoryview]  # each a view of its value's bytes
 
 
 def layout(value, last: str, head=lambda data: 0) -> Layout | None:
@@ -98,8 +99,7 @@ def columns(values: list, layout: Layout) -> dict | None:
         column = rows[:, field.start:min(field.end, head)]
         if field.kind == BIN:
             out[field.name] = Bins(layout.first[field.start:head].tobytes(),
-                                   [np.frombuffer(value, np.uint8, offset=head)
-                                    for value in values])
+                                   list(map(itemgetter(slice(head, None)), values)))
         elif field.kind == FIXINT:
             if (column >= 0x80).any():
                 return None
