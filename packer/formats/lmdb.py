@@ -18,6 +18,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 import lmdb
@@ -241,8 +242,7 @@ class Reader(ProcessReader):
         cursor = txn.cursor()
         if not cursor.set_key(sample_key(first)):
             raise DatasetError(f"{self.folder}: sample {first} is missing from the LMDB")
-        values = [value for _, value in zip(range(count), cursor.iternext(keys=False),
-                                            strict=False)]
+        values = list(islice(cursor.iternext(keys=False), count))
         if len(values) < count:
             raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
                                "missing from the LMDB")
