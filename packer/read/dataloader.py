@@ -1,7 +1,6 @@
 """packer.DataLoader: torch's DataLoader over a PackedDataset, which makes the batches
 in its workers, knows how many were consumed (for an exact resume), and counts them."""
 
-import numpy.random  # noqa: F401  torch seeds it in every worker it starts: imported once, here
 import torch
 
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
