@@ -23,6 +23,9 @@ def test_a_worker_hands_over_up_to_a_group_of_batches_and_its_bytes(monkeypatch)
     assert [len(h.batches) for h in batches.handed_over(made(3), 0, 1)] == [1, 1, 1]
     monkeypatch.setattr(batches, "GROUP_BYTES", 20)
     assert [len(h.batches) for h in batches.handed_over(made(7, 8), 0, 8)] == [3, 3, 1]
+    jpegs = [({"__key__": ["k"], "jpg": [b"x" * 100, b"y" * 50]}, 2) for _ in range(5)]
+    monkeypatch.setattr(batches, "GROUP_PIPED", 300)
+    assert [len(h.batches) for h in batches.handed_over(jpegs, 0, 8)] == [2, 2, 1]
     assert [b["__key__"] for b in batches.handed_over(made(2), None, 8)] == [["k0"], ["k1"]]
 
 

@@ -81,12 +81,14 @@ def shipped(batch):
     return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None))
 
 
-# A worker hands batches that are quick to make (nothing to decode) over a few at a time:
+# A worker hands batches that are quick to make (nothing to decode) over a few at a time
+# (bytes values: about 2 batches of small JPEGs, as they are copied through the pipe):
 # torch's cost for each item it passes (about 0.1 ms of the training process's time, and
 # as much of the worker's) is then paid once for them; packer.DataLoader gives them in
 # torch's order all the same. Decoded batches go one by one.
 GROUP = 8  # batches handed over together, at most
 GROUP_BYTES = 4 << 20  # of their tensors, at most
+GROUP_PIPED = 512 << 10  # of bytes values (those cross in the pickle, copied), at most
 
 
 class Handover(NamedTuple):
@@ -104,23 +106,26 @@ class Handover(NamedTuple):
 
 def handed_over(made: Iterable[tuple], worker: int | None, group: int) -> Iterator:
     """The (batch, positions) pairs `made`: in a DataLoader worker (its id), shipped in
-    Handovers of up to `group` batches (GROUP_BYTES of tensors); elsewhere the batches
-    as they are."""
+    Handovers of up to `group` batches (GROUP_BYTES of tensors, GROUP_PIPED of bytes);
+    elsewhere the batches as they are."""
     if worker is None:
         return (batch for batch, _ in made)
     return _handovers(made, worker, group)
 
 
 def _handovers(made: Iterable[tuple], worker: int, group: int) -> Iterator[Handover]:
-    batches_in, sizes, nbytes = [], [], 0
+    batches_in, sizes, nbytes, piped = [], [], 0, 0
     for batch, size in made:
         batches_in.append(shipped(batch))
         sizes.append(size)
-        nbytes += sum(value.nbytes for value in (batch or {}).values()
-                      if isinstance(value, torch.Tensor))
-        if len(batches_in) == group or nbytes >= GROUP_BYTES:
+        for value in (batch or {}).values():
+            if isinstance(value, torch.Tensor):
+                nbytes += value.nbytes
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                piped += sum(map(len, value))
+        if len(batches_in) == group or nbytes >= GROUP_BYTES or piped >= GROUP_PIPED:
             yield Handover(worker, tuple(sizes), batches_in)
-            batches_in, sizes, nbytes = [], [], 0
+            batches_in, sizes, nbytes, piped = [], [], 0, 0
     if batches_in:
         yield Handover(worker, tuple(sizes), batches_in)
 
