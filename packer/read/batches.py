@@ -87,7 +87,7 @@ def shipped(batch):
 # as much of the worker's) is then paid once for them; packer.DataLoader gives them in
 # torch's order all the same. Decoded batches go one by one.
 GROUP = 8  # batches handed over together, at most
-GROUP_BYTES = 4 << 20  # of their tensors, at most
+GROUP_BYTES = 2 << 20  # of their tensors, at most
 GROUP_PIPED = 512 << 10  # of bytes values (those cross in the pickle, copied), at most
 
 
