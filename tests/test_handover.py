@@ -79,3 +79,26 @@ def test_what_each_worker_delivered_is_counted_exactly(raw, drop_last):
     assert ds.state_dict()["consumed"] == delivered
     assert ds.worker_batches(3, 4, drop_last) == [size // 4 if drop_last else -(-size // 4)
                                                   for size in sizes]
+
+
+@pytest.mark.parametrize("stop", [0, 3, 6, 13, 22])
+def test_a_resume_after_any_batch_of_a_handover_delivers_the_rest_once(raw, stop):
+    """Stopped after batch `stop` (inside a handover or at its end), a resumed read
+    gives exactly the samples not yet seen, in the order the whole epoch has them."""
+    def loader(state=None):
+        ds = packer.open_dataset(raw, shuffle=True, seed=9)
+        if state:
+            ds.load_state_dict(state)
+        return ds, packer.DataLoader(ds, batch_size=4, num_workers=2)
+
+    ds, whole = loader()
+    epoch = [key for batch in whole for key in batch["__key__"]]
+    ds, first = loader()
+    seen = []
+    for number, batch in enumerate(first):
+        seen += batch["__key__"]
+        if number == stop:
+            break
+    rest = [key for batch in loader(ds.state_dict())[1] for key in batch["__key__"]]
+    assert sorted(seen + rest) == sorted(epoch) and len(seen + rest) == len(epoch)
+    assert seen == epoch[:len(seen)]
