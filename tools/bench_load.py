@@ -299,6 +299,7 @@ def main() -> None:
     items = loose_images(args.data)
     loose = [path for path, _ in items]
     print("packed data:")
+    args.work.mkdir(parents=True, exist_ok=True)
     for name, to in FORMATS.items():
         pack(args.data, args.work / name, to, args.shard_size)
     shards = packed_files(args.work / "wds")
