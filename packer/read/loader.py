@@ -122,8 +122,7 @@ class PackedDataset(IterableDataset):
                                                for w in range(num_workers))]
 
     def worker_batches(self, num_workers: int, batch_size: int, drop_last: bool) -> list[int]:
-        """How many batches each worker gives in this epoch (of what is left of it,
-        after a resume)."""
+        """The batches each worker gives in this epoch (what is left after a resume)."""
         left = [size - self._skip(worker, num_workers)
                 for worker, size in enumerate(self.worker_sizes(num_workers))]
         return [size // batch_size if drop_last else -(-size // batch_size) for size in left]
@@ -135,7 +134,7 @@ class PackedDataset(IterableDataset):
         holes = bool(batching) and self.on_error == "skip"  # see batches()
         planned = self._lean_plan(arrays) if batching else None
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        if info is not None:
+        if info is not None:  # a DataLoader worker
             freeze_inherited_objects()
         collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
@@ -145,21 +144,20 @@ class PackedDataset(IterableDataset):
             collate = partial(lean.pieces_batch, lean=planned, decoded=decoded)
             return handed_over(self._planned_batches(worker, workers, planned.in_place,
                                                      batching, collate, info is None),
-                               info and info.id, GROUP)
+                               worker if info else None, GROUP)
         samples = self.iter_worker(worker, workers, arrays, holes)
         if info is None:
             samples = self._counted(samples)
         if batching is None:
             return samples
-        return handed_over(batches(samples, *batching, collate), info and info.id, 1)
+        return handed_over(batches(samples, *batching, collate), worker if info else None, 1)
 
     def _planned_batches(self, worker: int, workers: int, in_place: str | None,
                          batching: tuple[int, bool], collate, counted: bool):
-        """The worker's batches (with the positions each covers), each made by
-        `collate` from the pieces of the windows
-        it takes its samples from, as read (lean.window_batches). The reader closes
-        after the last batch is made: a field `in_place` may lie in its memory map
-        until then (plan.read_windows)."""
+        """The worker's batches, with the positions each covers, each made by `collate`
+        from the pieces of the windows it takes its samples from, as read
+        (lean.window_batches). The reader closes after the last batch is made: a field
+        `in_place` may lie in its memory map until then (plan.read_windows)."""
         runs = self._runs(worker, workers)
         reader = self.source.reader(runs)
         self._emitted = 0
