@@ -4,8 +4,8 @@ The values of a run of samples whose maps have the same fields, each encoded at 
 same length (keys of one length, small class ids, stored pixels of one size), differ
 only in the bytes inside their strings, ints and last bin. The bytes before the last
 bin are copied out together, as one array of one row per value, and each field is a
-column of it; the last bin stays where it lies, as an array that shares the value's
-bytes: nothing is decoded, and no dict is made, value by value. Values that differ in
+column of it; the last bin stays where it lies, as a view of the value's bytes: nothing
+is decoded, and no dict is made, value by value. Values that differ in
 any other byte are left to be decoded one by one.
 """
 
@@ -88,7 +88,7 @@ def columns(values: list, layout: Layout) -> dict | None:
     `layout`: strings as a list, ints as an int64 array, the last bin as Bins; None if
     any value differs from the layout."""
     length, head = layout.length, layout.head
-    if any(len(value) != length for value in values):
+    if set(map(len, values)) != {length}:
         return None
     rows = np.frombuffer(b"".join([value[:head] for value in values]), np.uint8)
     rows = rows.reshape(len(values), head)

@@ -144,14 +144,16 @@ def in_turn(handovers: Iterable, counts: list[int]) -> Iterator[tuple]:
                 if handover is None:
                     yield from (entry for queue in waiting for entry in queue)
                     return
-                waiting[handover.worker].extend(
-                    (batch, handover.worker, size)
-                    for batch, size in zip(handover.batches, handover.sizes, strict=True))
+                waiting[handover.worker].extend(_entries(handover))
             yield waiting[worker].popleft()
     yield from (entry for queue in waiting for entry in queue)
     for handover in handovers:
-        yield from ((batch, handover.worker, size)
-                    for batch, size in zip(handover.batches, handover.sizes, strict=True))
+        yield from _entries(handover)
+
+
+def _entries(handover: Handover) -> Iterator[tuple]:
+    for batch, size in zip(handover.batches, handover.sizes, strict=True):
+        yield batch, handover.worker, size
 
 
 def landed(batch, pin: bool = False):

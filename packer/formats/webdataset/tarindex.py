@@ -293,11 +293,12 @@ class Reader(PartFiles):
         columns: dict[str, list] = {}
         fields = None
         for run in runs:
-            if fields not in (None, self._same_fields(run.part)):
+            shard_fields = self._same_fields(run.part)
+            if shard_fields is None or fields not in (None, shard_fields):
                 return None
-            fields = self._same_fields(run.part)
-            read = fields and self._run_columns(run, fields)
-            if not read:
+            fields = shard_fields
+            read = self._run_columns(run, fields)
+            if read is None:
                 return None
             for name, values in read.items():
                 columns.setdefault(name, []).extend(values)
