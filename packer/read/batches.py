@@ -10,7 +10,9 @@ channels-last in memory, as convolutions on the CPU and on CUDA prefer.
 A worker ships a batch's small tensors (class ids, short arrays) as numpy arrays inside the
 batch's one pickle through the result pipe: torch would hand each tensor over as shared
 memory by a file descriptor, at a socket connection per tensor, which costs more than
-copying a small one.
+copying a small one. A batch's bytes values go one after another into a slot, and the
+training process makes them bytes again from there: in the pickle they would be copied
+into it, through the pipe and out of it.
 """
 
 import gc
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from packer.read.ring import LANDING, worker_slots
+from packer.read.ring import LANDING, SlotRef, worker_slots
 from packer.sample import KEY
 
 
@@ -53,11 +55,13 @@ SMALL_TENSOR = 64 << 10  # bytes: a tensor up to this size crosses inside the pi
 
 class Shipped(NamedTuple):
     """A batch on its way from a worker, its small tensors as numpy arrays (`arrays`),
-    its tensors in the worker's slots as SlotRefs (`slotted`)."""
+    its tensors in the worker's slots as SlotRefs (`slotted`), its lists of bytes values
+    in the worker's slots as SlotBytes (`packed`)."""
 
     batch: dict
     arrays: tuple[str, ...]
     slotted: tuple[str, ...] = ()
+    packed: tuple[str, ...] = ()
 
     def pin_memory(self, device=None):
         """torch's pinning thread passes over a batch on its way: it would pin copies
@@ -78,17 +82,49 @@ def shipped(batch):
     slots = worker_slots()
     refs = {n: slots.ref(v) for n, v in tensors.items() if n not in arrays}
     out.update((n, ref) for n, ref in refs.items() if ref is not None)
-    return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None))
+    packed = {n: _bytes_in_slot(v, slots) for n, v in batch.items() if _all_bytes(v)}
+    out.update((n, values) for n, values in packed.items() if values is not None)
+    return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None),
+                   tuple(n for n, values in packed.items() if values is not None))
 
 
-# A worker hands batches that are quick to make (nothing to decode) over a few at a time
-# (bytes values: about 2 batches of small JPEGs, as they are copied through the pipe):
+class SlotBytes(NamedTuple):
+    """A batch's bytes values as they cross: one after another in a slot (rather than
+    copied through the result pipe, twice in each process), and where each one ends."""
+
+    ref: SlotRef
+    ends: np.ndarray
+
+
+def _all_bytes(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(v) is bytes for v in value)
+
+
+def _bytes_in_slot(values: list[bytes], slots) -> SlotBytes | None:
+    ends = np.cumsum(np.fromiter(map(len, values), np.int64, len(values)))
+    into = slots.in_slot((int(ends[-1]),)) if ends[-1] else None
+    if into is None:
+        return None
+    view, start = memoryview(into.numpy()), 0
+    for value, end in zip(values, ends.tolist(), strict=True):
+        view[start:end] = value
+        start = end
+    return SlotBytes(slots.ref(into), ends)
+
+
+def _landed_bytes(packed: SlotBytes) -> list[bytes]:
+    view = memoryview(LANDING.tensor(packed.ref).numpy())
+    ends = packed.ends.tolist()
+    return list(map(bytes, map(view.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+
+
+# A worker hands batches that are quick to make (nothing to decode) over a few at a time:
 # torch's cost for each item it passes (about 0.1 ms of the training process's time, and
 # as much of the worker's) is then paid once for them; packer.DataLoader gives them in
 # torch's order all the same. Decoded batches go one by one.
 GROUP = 8  # batches handed over together, at most
-GROUP_BYTES = 2 << 20  # of their tensors, at most
-GROUP_PIPED = 512 << 10  # of bytes values (those cross in the pickle, copied), at most
+GROUP_BYTES = 2 << 20  # of their tensors and bytes values in slots, at most
+GROUP_PIPED = 512 << 10  # of bytes values in the pickle (no slot was free), at most
 
 
 class Handover(NamedTuple):
@@ -106,7 +142,7 @@ class Handover(NamedTuple):
 
 def handed_over(made: Iterable[tuple], worker: int | None, group: int) -> Iterator:
     """The (batch, positions) pairs `made`: in a DataLoader worker (its id), shipped in
-    Handovers of up to `group` batches (GROUP_BYTES of tensors, GROUP_PIPED of bytes);
+    Handovers of up to `group` batches (GROUP_BYTES in slots, GROUP_PIPED pickled);
     elsewhere the batches as they are."""
     if worker is None:
         return (batch for batch, _ in made)
@@ -118,10 +154,13 @@ def _handovers(made: Iterable[tuple], worker: int, group: int) -> Iterator[Hando
     for batch, size in made:
         batches_in.append(shipped(batch))
         sizes.append(size)
-        for value in (batch or {}).values():
+        packed = batches_in[-1].packed if isinstance(batches_in[-1], Shipped) else ()
+        for name, value in (batch or {}).items():
             if isinstance(value, torch.Tensor):
                 nbytes += value.nbytes
-            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            elif name in packed:
+                nbytes += int(batches_in[-1].batch[name].ends[-1])
+            elif _all_bytes(value):
                 piped += sum(map(len, value))
         if len(batches_in) == group or nbytes >= GROUP_BYTES or piped >= GROUP_PIPED:
             yield Handover(worker, tuple(sizes), batches_in)
@@ -169,6 +208,8 @@ def landed(batch, pin: bool = False):
     for name in batch.slotted:
         tensor = LANDING.tensor(out[name])
         out[name] = tensor.pin_memory() if pin else tensor
+    for name in batch.packed:
+        out[name] = _landed_bytes(out[name])
     return out
 
 

@@ -29,6 +29,13 @@ def _shared(nbytes: int) -> torch.UntypedStorage:
     return torch.UntypedStorage._new_shared(nbytes)
 
 
+def _slot_size(nbytes: int) -> int:
+    """A new slot's size: the next power of two, so that a slot first made for one
+    batch of bytes values also holds the slightly larger ones after it (the pages past
+    what is written are never touched, and take no memory)."""
+    return 1 << max(nbytes - 1, 1).bit_length()
+
+
 class SlotRef(NamedTuple):
     """A tensor in a slot, as it crosses: the storage and the flags only the first time."""
 
@@ -54,12 +61,18 @@ class WorkerSlots:
         self._by_pointer: dict[int, int] = {}
 
     def tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
-        nbytes = int(np.prod(shape))
-        slot = self._free_slot(nbytes)
-        storage = self.storages[slot] if slot is not None else _shared(nbytes)
-        if slot is not None:
-            self.flags[slot] = _LENT
-        return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
+        in_slot = self.in_slot(shape)
+        if in_slot is not None:
+            return in_slot
+        return torch.empty(0, dtype=torch.uint8).set_(_shared(int(np.prod(shape))), 0, shape)
+
+    def in_slot(self, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """A uint8 tensor in a free slot; None if there is none."""
+        slot = self._free_slot(int(np.prod(shape)))
+        if slot is None:
+            return None
+        self.flags[slot] = _LENT
+        return torch.empty(0, dtype=torch.uint8).set_(self.storages[slot], 0, shape)
 
     def _free_slot(self, nbytes: int) -> int | None:
         if _use_count is None:
@@ -70,7 +83,7 @@ class WorkerSlots:
                 return slot
         if len(self.storages) == SLOTS:
             return None
-        self.storages.append(_shared(nbytes))
+        self.storages.append(_shared(_slot_size(nbytes)))
         self._by_pointer[self.storages[-1].data_ptr()] = len(self.storages) - 1
         return len(self.storages) - 1
 
