@@ -123,7 +123,7 @@ def _landed_bytes(packed: SlotBytes) -> list[bytes]:
 # as much of the worker's) is then paid once for them; packer.DataLoader gives them in
 # torch's order all the same. Decoded batches go one by one.
 GROUP = 8  # batches handed over together, at most
-GROUP_BYTES = 2 << 20  # of their tensors and bytes values in slots, at most
+GROUP_BYTES = 1 << 20  # of their tensors and bytes values in slots, at most
 GROUP_PIPED = 512 << 10  # of bytes values in the pickle (no slot was free), at most
 
 
