@@ -65,7 +65,7 @@ class Shipped(NamedTuple):
 
     def pin_memory(self, device=None):
         """torch's pinning thread passes over a batch on its way: it would pin copies
-        of a slot's storage and flags, and the worker would never learn that the slot
+        of a slot's storage and its counts, and the worker would never learn that the slot
         is free (`landed` pins the batch's tensors instead)."""
         return self
 

@@ -5,10 +5,13 @@ descriptor, over a socket connection of its own, and the training process maps i
 afresh: about a millisecond for each batch of 64 small images, more than reading them.
 A worker here keeps a few buffers (slots) in shared memory and sends each one once;
 after that, a batch names its slot, and the training process sees the slot's memory
-again without a handover. The training process marks a slot free (in a small shared
-flag array of the worker's) once nothing refers to its memory any more: no batch, no
-view of one. A worker writes only into free slots; when none is, it takes a new one, up
-to SLOTS, then a buffer of torch's usual kind.
+again without a handover. A slot may hold one batch, or the bytes of several (a window
+of tar members read into it at once): the worker counts the references to each slot it
+sends, and the training process counts, in a small shared array of the worker's, those
+it has let go of, once nothing refers to the slot's memory any more (no batch, no view
+of one). A worker writes again only into a slot whose every reference has come back
+and that nothing in the worker refers to; when none is free, it takes a new one, up to
+SLOTS, then a buffer of torch's usual kind.
 """
 
 import os
@@ -18,7 +21,6 @@ import numpy as np
 import torch
 
 SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
-_FREE, _LENT = 0, 1
 
 # the count of references to a storage's memory (torch's own; a torch without it
 # shares every buffer the usual way)
@@ -37,13 +39,14 @@ def _slot_size(nbytes: int) -> int:
 
 
 class SlotRef(NamedTuple):
-    """A tensor in a slot, as it crosses: the storage and the flags only the first time."""
+    """A tensor in a slot, as it crosses: the storage, and the worker's counts of
+    references let go of, only the first time."""
 
     owner: int  # the worker's slots' own number (a pid can be reused)
     pid: int
     slot: int
     storage: torch.UntypedStorage | None
-    flags: torch.Tensor | None
+    returned: torch.Tensor | None
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
@@ -53,10 +56,13 @@ class WorkerSlots:
     """A worker's slots: `tensor(shape)` gives a uint8 tensor in a free one."""
 
     def __init__(self):
-        self.flags = torch.zeros(SLOTS, dtype=torch.uint8).share_memory_()
+        # references to each slot the training process has let go of (it alone writes
+        # them), and those sent
+        self.returned = torch.zeros(SLOTS, dtype=torch.int64).share_memory_()
+        self.lent = np.zeros(SLOTS, np.int64)
         self.storages: list[torch.UntypedStorage] = []
         self.sent: set[int] = set()  # slots whose storage the training process has
-        self.flags_sent = False
+        self.returned_sent = False
         self.token = int.from_bytes(os.urandom(8), "little")
         self._by_pointer: dict[int, int] = {}
 
@@ -71,15 +77,15 @@ class WorkerSlots:
         slot = self._free_slot(int(np.prod(shape)))
         if slot is None:
             return None
-        self.flags[slot] = _LENT
         return torch.empty(0, dtype=torch.uint8).set_(self.storages[slot], 0, shape)
 
     def _free_slot(self, nbytes: int) -> int | None:
         if _use_count is None:
             return None
-        flags = self.flags.numpy()
-        for slot in np.flatnonzero(flags[:len(self.storages)] == _FREE).tolist():
-            if self.storages[slot].nbytes() >= nbytes:
+        made = len(self.storages)
+        for slot in np.flatnonzero(self.returned.numpy()[:made] == self.lent[:made]).tolist():
+            storage = self.storages[slot]  # below: none of the worker's tensors refers to it
+            if storage.nbytes() >= nbytes and _use_count(storage._cdata) == 1:
                 return slot
         if len(self.storages) == SLOTS:
             return None
@@ -93,10 +99,11 @@ class WorkerSlots:
         if slot is None:
             return None
         storage = None if slot in self.sent else self.storages[slot]
-        flags = None if self.flags_sent else self.flags
+        returned = None if self.returned_sent else self.returned
         self.sent.add(slot)
-        self.flags_sent = True
-        return SlotRef(self.token, os.getpid(), slot, storage, flags, tuple(tensor.shape),
+        self.returned_sent = True
+        self.lent[slot] += 1
+        return SlotRef(self.token, os.getpid(), slot, storage, returned, tuple(tensor.shape),
                        tensor.stride(), tensor.storage_offset())
 
 
@@ -113,13 +120,13 @@ def worker_slots() -> WorkerSlots:
 
 
 class Landing:
-    """The training process's side: the slots' storages and flags by worker, and the
-    slots lent to batches not yet released. One for the process, so that persistent
+    """The training process's side: the slots' storages and counts of references let
+    go of by worker, and the references not yet let go of. One for the process, so that persistent
     workers' slots stay known from one epoch (and one DataLoader iterator) to the next."""
 
     def __init__(self):
         self.storages: dict[tuple[int, int], torch.UntypedStorage] = {}
-        self.flags: dict[int, np.ndarray] = {}
+        self.returned: dict[int, np.ndarray] = {}
         self.pids: dict[int, int] = {}
         self.lent: list[tuple[int, int]] = []
 
@@ -127,20 +134,20 @@ class Landing:
         key = (ref.owner, ref.slot)
         if ref.storage is not None:
             self.storages[key] = ref.storage
-        if ref.flags is not None:  # as numpy: a torch item assignment costs far more
-            self.flags[ref.owner], self.pids[ref.owner] = ref.flags.numpy(), ref.pid
+        if ref.returned is not None:  # as numpy: a torch item assignment costs far more
+            self.returned[ref.owner], self.pids[ref.owner] = ref.returned.numpy(), ref.pid
         self.lent.append(key)
         return torch.empty(0, dtype=torch.uint8).set_(self.storages[key], ref.offset,
                                                        ref.size, ref.stride)
 
     def release(self) -> None:
-        """Mark free the lent slots nothing refers to any more."""
+        """Count as let go of the references to slots nothing refers to any more."""
         still = []
         for key in self.lent:
             if _use_count(self.storages[key]._cdata) > 1:
                 still.append(key)
             else:
-                self.flags[key[0]][key[1]] = _FREE
+                self.returned[key[0]][key[1]] += 1
         self.lent = still
 
     def forget_exited(self) -> None:
@@ -151,7 +158,7 @@ class Landing:
             self.storages = {k: v for k, v in self.storages.items() if k[0] not in gone}
             self.lent = [key for key in self.lent if key[0] not in gone]
             for owner in gone:
-                del self.flags[owner], self.pids[owner]
+                del self.returned[owner], self.pids[owner]
 
 
 def _alive(pid: int) -> bool:
