@@ -116,13 +116,13 @@ def test_bytes_values_cross_in_a_slot_and_land_as_the_same_bytes(in_a_worker):
     values = [bytes([i]) * (100 + i) for i in range(64)] + [b""]
     out = batches.shipped({"__key__": ["k"] * 65, "jpg": values, "cls": torch.arange(65)})
     assert out.packed == ("jpg",) and isinstance(out.batch["jpg"], batches.SlotBytes)
-    slot = out.batch["jpg"].ref.slot
+    slot = out.batch["jpg"].pieces[0][0].slot
     assert batches.landed(out)["jpg"] == values
     batches.landed(None)  # the training process lets the slot go once nothing refers to it
     assert in_a_worker.returned.tolist()[:1] == in_a_worker.lent.tolist()[:1] == [1]
     # a slot is a power of two: a batch a little larger than the first one reuses it
     again = batches.shipped({"jpg": [b"x" * 9000]})
-    assert again.batch["jpg"].ref.slot == slot == 0 and len(in_a_worker.storages) == 1
+    assert again.batch["jpg"].pieces[0][0].slot == slot == 0 and len(in_a_worker.storages) == 1
     assert batches.landed(again)["jpg"] == [b"x" * 9000]
 
 
@@ -138,3 +138,15 @@ def test_bytes_values_cross_in_the_pickle_when_no_slot_is_free(in_a_worker, monk
     monkeypatch.setattr(batches, "GROUP_BYTES", 250)
     jpegs = [({"jpg": [b"x" * 100]}, 1) for _ in range(7)]
     assert [len(h.batches) for h in batches.handed_over(jpegs, 0, 8)] == [3, 3, 1]
+
+
+def test_no_slot_is_made_where_shared_memory_is_short(in_a_worker, monkeypatch):
+    """A container's /dev/shm is 64 MB unless told otherwise: a slot is made only with
+    four times its size free there, else the bytes cross in the pickle."""
+    class Short:
+        f_bavail, f_frsize = 3, 4096  # 12 KB free
+
+    monkeypatch.setattr(ring.os, "statvfs", lambda path: Short)
+    assert in_a_worker.in_slot((4096,)) is None
+    assert batches.shipped({"jpg": [b"x" * 5000]}).batch["jpg"] == [b"x" * 5000]
+    assert in_a_worker.in_slot((512,)) is not None  # a 512-byte slot fits 4 times

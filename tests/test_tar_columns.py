@@ -4,6 +4,8 @@ sample, with the same batches and the same errors."""
 
 import io
 import json
+import os
+import shutil
 import tarfile
 
 import numpy as np
@@ -13,7 +15,8 @@ import torch
 import packer
 from conftest import class_images, image_bytes, run
 from packer.errors import DatasetError
-from packer.read import plan
+from packer.formats.webdataset.tarindex import Spans
+from packer.read import plan, ring
 from packer.read.batches import collate_samples
 
 
@@ -75,6 +78,61 @@ def test_a_window_of_packer_shards_is_read_as_columns(shards):
     assert window["jpg"] == [s["jpg"] for s in samples]
     for workers in (0, 2):
         assert sum(len(b["jpg"]) for b in batches_match_per_sample(shards, workers)) == 120
+
+
+def test_a_window_read_into_a_buffer_gives_spans_of_the_same_bytes(shards):
+    """In a worker, a window is read straight into one of its slots: each value a span
+    of it, no copy of its own; a buffer that is not given leaves the usual columns."""
+    ds = packer.open_dataset(shards, decode="raw")
+    reader = ds.source.reader()
+    runs = next(plan.windows(ds._runs(0, 1), 100))
+    given = []
+    window = reader.read_columns(runs, lambda n: given.append(n) or np.zeros(n, np.uint8))
+    usual = reader.read_columns(runs)
+    fallback = reader.read_columns(runs, lambda n: None)
+    reader.close()
+    assert fallback["jpg"] == usual["jpg"] and fallback["__key__"] == usual["__key__"]
+    spans = window["jpg"]
+    assert isinstance(spans, Spans) and len(spans.buffer) == given[0]
+    assert [spans.value(i) for i in range(100)] == usual["jpg"]
+    assert window["__key__"] == usual["__key__"] and window["cls"].tolist() == usual["cls"].tolist()
+
+
+@pytest.mark.parametrize("slots", [1, 3, 32])
+def test_windows_in_slots_are_not_written_again_before_their_batches_land(shards, slots,
+                                                                          monkeypatch):
+    """Many small windows, every batch kept: a slot written again while batches of its
+    window were still on their way would change their bytes; with too few slots the
+    windows are read as usual and the batches cross in the pickle."""
+    monkeypatch.setattr(ring, "SLOTS", slots)  # the workers fork with it
+    ds = packer.open_dataset(shards, decode="raw", shuffle=True, seed=3, shuffle_buffer=20)
+    kept = list(packer.DataLoader(ds, batch_size=4, num_workers=2))
+    theirs = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                              collate_fn=collate_samples))
+    assert [b["__key__"] for b in kept] == [b["__key__"] for b in theirs]
+    assert [b["jpg"] for b in kept] == [b["jpg"] for b in theirs]
+    assert all(type(value) is bytes for b in kept for value in b["jpg"])
+
+
+def test_a_shard_cut_short_after_it_was_opened_is_named_not_read_short(shards, tmp_path):
+    """Indexed, then cut (a file changed under a running read): the window read into a
+    slot comes up short, and the samples read one by one name the shard."""
+    copy = tmp_path / "cut"
+    shutil.copytree(shards, copy)
+    last = sorted(copy.glob("*.tar"))[-1]
+    ds = packer.open_dataset(copy, decode="raw", on_error="raise")
+    reader = ds.source.reader()
+    runs = [plan.Segment(len(ds.source.part_counts) - 1, 0, 20)]
+    reader.index(runs[0].part)
+    os.truncate(last, reader.index(runs[0].part).offset[30])
+    assert reader.read_columns(runs, lambda n: np.zeros(n, np.uint8)) is None
+    with pytest.raises(DatasetError, match=f"{last.name}: truncated: the members at byte "
+                                           r"offsets [\d,]+ to [\d,]+ were indexed, but"):
+        reader.read(runs[0].part, 0, 20)
+    reader.close()
+    for workers in (0, 2):  # the workers inherit the index made before the cut
+        with pytest.raises(DatasetError, match=f"{last.name}: truncated"):
+            list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
 
 
 def test_shards_whose_samples_differ_in_members_are_read_sample_by_sample(tmp_path):

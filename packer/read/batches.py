@@ -10,9 +10,10 @@ channels-last in memory, as convolutions on the CPU and on CUDA prefer.
 A worker ships a batch's small tensors (class ids, short arrays) as numpy arrays inside the
 batch's one pickle through the result pipe: torch would hand each tensor over as shared
 memory by a file descriptor, at a socket connection per tensor, which costs more than
-copying a small one. A batch's bytes values go one after another into a slot, and the
-training process makes them bytes again from there: in the pickle they would be copied
-into it, through the pipe and out of it.
+copying a small one. A batch's bytes values cross in slots too: where a tar reader read
+its window into one (Spans of it), as where they lie; otherwise copied one after another
+into one. The training process makes them bytes again from there: in the pickle they
+would be copied into it, through the pipe and out of it.
 """
 
 import gc
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from packer.formats.webdataset.tarindex import Spans
 from packer.read.ring import LANDING, SlotRef, worker_slots
 from packer.sample import KEY
 
@@ -83,24 +85,34 @@ def shipped(batch):
     refs = {n: slots.ref(v) for n, v in tensors.items() if n not in arrays}
     out.update((n, ref) for n, ref in refs.items() if ref is not None)
     packed = {n: _bytes_in_slot(v, slots) for n, v in batch.items() if _all_bytes(v)}
+    packed.update((n, _spans_crossing(v, slots)) for n, v in batch.items() if _all_spans(v))
     out.update((n, values) for n, values in packed.items() if values is not None)
     return Shipped(out, arrays, tuple(n for n, ref in refs.items() if ref is not None),
                    tuple(n for n, values in packed.items() if values is not None))
 
 
 class SlotBytes(NamedTuple):
-    """A batch's bytes values as they cross: one after another in a slot (rather than
-    copied through the result pipe, twice in each process), and where each one ends."""
+    """A batch's bytes values as they cross: where each one starts and ends in the
+    slots they lie in, slot by slot (rather than copied into the pickle, through the
+    result pipe and out of it)."""
 
-    ref: SlotRef
-    ends: np.ndarray
+    pieces: list[tuple[SlotRef, np.ndarray, np.ndarray]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int((ends - starts).sum()) for _, starts, ends in self.pieces)
 
 
 def _all_bytes(value) -> bool:
     return isinstance(value, list) and bool(value) and all(type(v) is bytes for v in value)
 
 
+def _all_spans(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(v) is Spans for v in value)
+
+
 def _bytes_in_slot(values: list[bytes], slots) -> SlotBytes | None:
+    """Bytes values copied one after another into a slot (None if none is free)."""
     ends = np.cumsum(np.fromiter(map(len, values), np.int64, len(values)))
     into = slots.in_slot((int(ends[-1]),)) if ends[-1] else None
     if into is None:
@@ -109,13 +121,24 @@ def _bytes_in_slot(values: list[bytes], slots) -> SlotBytes | None:
     for value, end in zip(values, ends.tolist(), strict=True):
         view[start:end] = value
         start = end
-    return SlotBytes(slots.ref(into), ends)
+    return SlotBytes([(slots.ref(into), np.concatenate([[0], ends[:-1]]), ends)])
+
+
+def _spans_crossing(spans: list[Spans], slots) -> SlotBytes | list[bytes]:
+    """Values that a reader read into slots (Spans of them), as they cross."""
+    refs = [slots.ref(torch.from_numpy(span.buffer)) for span in spans]
+    if None in refs:  # not read into a slot: copied, as bytes
+        return [span.value(i) for span in spans for i in range(len(span.starts))]
+    return SlotBytes([(ref, span.starts, span.ends) for ref, span in zip(refs, spans,
+                                                                          strict=True)])
 
 
 def _landed_bytes(packed: SlotBytes) -> list[bytes]:
-    view = memoryview(LANDING.tensor(packed.ref).numpy())
-    ends = packed.ends.tolist()
-    return list(map(bytes, map(view.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+    values: list[bytes] = []
+    for ref, starts, ends in packed.pieces:
+        view = memoryview(LANDING.tensor(ref).numpy())
+        values += map(bytes, map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    return values
 
 
 # A worker hands batches that are quick to make (nothing to decode) over a few at a time:
@@ -159,7 +182,7 @@ def _handovers(made: Iterable[tuple], worker: int, group: int) -> Iterator[Hando
             if isinstance(value, torch.Tensor):
                 nbytes += value.nbytes
             elif name in packed:
-                nbytes += int(batches_in[-1].batch[name].ends[-1])
+                nbytes += batches_in[-1].batch[name].nbytes
             elif _all_bytes(value):
                 piped += sum(map(len, value))
         if len(batches_in) == group or nbytes >= GROUP_BYTES or piped >= GROUP_PIPED:
@@ -219,6 +242,13 @@ def batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
     if get_worker_info() is None:
         return torch.empty(shape, dtype=torch.uint8)
     return worker_slots().tensor(shape)
+
+
+def slot_buffer(nbytes: int) -> np.ndarray | None:
+    """A uint8 array in one of the worker's free slots, for a window's bytes to be read
+    into; None if none is free."""
+    tensor = worker_slots().in_slot((nbytes,))
+    return None if tensor is None else tensor.numpy()
 
 
 def pixel_batch(values: list, field: str, keys: list[str]) -> torch.Tensor:
@@ -303,7 +333,7 @@ _FROZEN_IN: set[int] = set()
 def freeze_inherited_objects() -> None:
     """In a forked worker, keep the garbage collector off the objects inherited from
     the parent: walking them writes to their pages, which copies every page the
-    parent shares (a third of a worker's time on raw reads)."""
-    if os.getpid() not in _FROZEN_IN:
+    parent shares (a third of a worker's time on raw reads). Elsewhere, nothing."""
+    if get_worker_info() is not None and os.getpid() not in _FROZEN_IN:
         _FROZEN_IN.add(os.getpid())
         gc.freeze()

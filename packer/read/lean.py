@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from packer.formats.msgpack_columns import Bins
+from packer.formats.webdataset.tarindex import Spans
 from packer.read.batches import batch_buffer, pixel_batch
 from packer.read.decode import IMAGE_FIELDS, field_kind, npy_array
 from packer.sample import KEY, RAW_IMAGE_FIELD
@@ -87,6 +88,8 @@ def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lea
             out[name] = _pixels(values, lean.size, name, keys)
         elif how == CLASS or type(values[0]) is int:
             out[name] = torch.tensor([int(value) for value in values])
+        elif isinstance(values[0], Spans):  # bytes in a worker's slot, as they cross
+            out[name] = values
         elif isinstance(values[0], bytes | str):
             out[name] = values
         else:  # floats, arrays ...: as torch's collate makes them
@@ -95,7 +98,8 @@ def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lea
 
 
 # Batches from windows. A reader may give a window of samples as columns ({field:
-# column}: a list, an array, or Bins; packer.formats.msgpack_columns);
+# column}: a list, an array, Bins (packer.formats.msgpack_columns) or Spans of a
+# buffer (packer.formats.webdataset.tarindex));
 # a batch then takes its samples' rows from each window's columns, field by field.
 
 def window_batches(windows, size: int, drop_last: bool, make: Callable[[list], object]):
@@ -138,6 +142,9 @@ def _gathered(pieces: list, name: str) -> list | np.ndarray:
     if all(isinstance(column, np.ndarray) and column.ndim == 1 for column in columns):
         return np.concatenate([column[at] for column, (_, at) in zip(columns, pieces,
                                                                      strict=True)])
+    if all(isinstance(column, Spans) for column in columns):  # where they lie, piece by piece
+        return [Spans(column.buffer, column.starts[at], column.ends[at])
+                for column, (_, at) in zip(columns, pieces, strict=True)]
     return [column[i] for column, (_, at) in zip(columns, pieces, strict=True) for i in at]
 
 
@@ -151,6 +158,8 @@ def _sample(window: dict | list, i: int) -> dict:
 def _cell(column, i: int):
     if isinstance(column, Bins):
         return column.head + column.rests[i].tobytes()
+    if isinstance(column, Spans):
+        return column.value(i)
     return int(column[i]) if isinstance(column, np.ndarray) else column[i]
 
 

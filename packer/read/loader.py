@@ -32,6 +32,7 @@ from packer.read.batches import (
     consumed_per_worker,
     freeze_inherited_objects,
     handed_over,
+    slot_buffer,
 )
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, image_field, is_image_field, preload
@@ -134,8 +135,7 @@ class PackedDataset(IterableDataset):
         holes = bool(batching) and self.on_error == "skip"  # see batches()
         planned = self._lean_plan(arrays) if batching else None
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        if info is not None:  # a DataLoader worker
-            freeze_inherited_objects()
+        freeze_inherited_objects()
         collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
         if planned:
@@ -155,15 +155,16 @@ class PackedDataset(IterableDataset):
     def _planned_batches(self, worker: int, workers: int, in_place: str | None,
                          batching: tuple[int, bool], collate, counted: bool):
         """The worker's batches, with the positions each covers, each made by `collate`
-        from the pieces of the windows it takes its samples from, as read
-        (lean.window_batches). The reader closes after the last batch is made: a field
-        `in_place` may lie in its memory map until then (plan.read_windows)."""
+        from the pieces of the windows it takes its samples from (lean.window_batches).
+        The reader closes after the last batch is made: a field `in_place` may lie in its
+        memory map until then; other windows a worker reads into its slots."""
         runs = self._runs(worker, workers)
         reader = self.source.reader(runs)
         self._emitted = 0
         try:
             windows = plan.read_windows(reader, runs, self.window, self._order(worker),
-                                        self._skip(worker, workers), in_place, columns=True)
+                                        self._skip(worker, workers), in_place, True,
+                                        slot_buffer if not (counted or in_place) else None)
             for made, size in lean.window_batches(windows, *batching, collate):
                 self._emitted += size if counted else 0
                 yield made, size
@@ -368,8 +369,7 @@ def _workers_text(count: int) -> str:
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
                  image_size=None, transform=None, decoders=None, rank: int | None = None,
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
-                 shuffle_buffer: int = 1024, unit: int = 64,
-                 holdout: tuple[float, str] | None = None,
+                 shuffle_buffer: int = 1024, unit: int = 64, holdout=None,
                  exact_resize: bool = False, threads: int = 0, cache_dir=None,
                  cache_limit=None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset

@@ -122,10 +122,11 @@ def window_order(size: int, shuffle: bool, seed: int, epoch: int, rank: int, wor
 
 
 def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
-                 in_place: str | None = None, columns: bool = False):
+                 in_place: str | None = None, columns: bool = False, into=None):
     """(the samples of each window of `runs`, as `reader` reads them; the positions in
     it to emit, in `order(size, number=...)`), leaving out the first `skip` samples;
-    with `columns`, as {field: column} where the reader's `read_columns` can.
+    with `columns`, as {field: column} where the reader's `read_columns` can (into the
+    buffer `into(nbytes)` gives, if given).
     A reader with `prefetch(runs)` is told each window, and the next, before it reads
     one (packer.formats.readahead). With `in_place`, a reader with `read_window` reads
     each window itself, as columns or as samples whose field `in_place` may lie where
@@ -149,7 +150,7 @@ def read_windows(reader, runs: list[Segment], window: int, order, skip: int = 0,
             reader.next_window()
             raw = own_window(runs_in, in_place)
         else:
-            raw = own_columns(runs_in) if own_columns is not None else None
+            raw = own_columns(runs_in, into) if own_columns is not None else None
             if raw is None:
                 raw = [s for run in runs_in for s in reader.read(run.part, run.start,
                                                                  run.count)]

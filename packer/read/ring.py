@@ -38,6 +38,20 @@ def _slot_size(nbytes: int) -> int:
     return 1 << max(nbytes - 1, 1).bit_length()
 
 
+def _room_for(nbytes: int) -> bool:
+    """Whether shared memory has room for a new slot of `nbytes`, four times over: a
+    slot's pages are taken as they are written, and a full /dev/shm (64 MB in a
+    container, unless told otherwise) would end a worker with a bus error."""
+    try:
+        stat = os.statvfs(SHARED_MEMORY)
+    except OSError:  # no /dev/shm (macOS): the system's limits apply
+        return True
+    return stat.f_bavail * stat.f_frsize >= 4 * nbytes
+
+
+SHARED_MEMORY = "/dev/shm"
+
+
 class SlotRef(NamedTuple):
     """A tensor in a slot, as it crosses: the storage, and the worker's counts of
     references let go of, only the first time."""
@@ -87,7 +101,7 @@ class WorkerSlots:
             storage = self.storages[slot]  # below: none of the worker's tensors refers to it
             if storage.nbytes() >= nbytes and _use_count(storage._cdata) == 1:
                 return slot
-        if len(self.storages) == SLOTS:
+        if len(self.storages) == SLOTS or not _room_for(_slot_size(nbytes)):
             return None
         self.storages.append(_shared(_slot_size(nbytes)))
         self._by_pointer[self.storages[-1].data_ptr()] = len(self.storages) - 1

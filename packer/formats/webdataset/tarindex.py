@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
@@ -34,6 +35,17 @@ from packer.sample import KEY, split_member
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
+
+
+class Spans(NamedTuple):
+    """A column of values that lie in one buffer: where each one starts and ends in it."""
+
+    buffer: np.ndarray  # uint8
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def value(self, i: int) -> bytes:
+        return self.buffer[self.starts[i]:self.ends[i]].tobytes()
 
 
 def _number(field: bytes) -> int:
@@ -274,6 +286,11 @@ class Reader(PartFiles):
         sizes = index.size[bounds[0]:bounds[-1]].tolist()
         low = offsets[0]
         data = os.pread(fd, offsets[-1] + sizes[-1] - low, low)
+        if len(data) != offsets[-1] + sizes[-1] - low:
+            raise DatasetError(f"{self.paths[part]}: truncated: the members at byte offsets "
+                               f"{low:,} to {offsets[-1] + sizes[-1]:,} were indexed, but the "
+                               f"file ends at byte {low + len(data):,} (it was cut or changed "
+                               "while being read)")
         samples, fields, base = [], index.field, bounds[0]
         for number, (begin, end) in enumerate(zip(bounds, bounds[1:], strict=False), start=start):
             sample = {KEY: index.keys[number]}
@@ -285,55 +302,90 @@ class Reader(PartFiles):
             samples.append(sample)
         return samples
 
-    def read_columns(self, runs) -> dict | None:
+    def read_columns(self, runs, into=None) -> dict | None:
         """The samples of `runs` as {field: column}: keys and bytes as lists, int fields
         as an int64 array, without a dict per sample; None unless every sample of their
         shards has the same fields in the same order, each int field holding an int (the
-        samples are then read one by one, and what differs is named)."""
-        columns: dict[str, list] = {}
-        fields = None
-        for run in runs:
-            shard_fields = self._same_fields(run.part)
-            if shard_fields is None or fields not in (None, shard_fields):
-                return None
-            fields = shard_fields
-            read = self._run_columns(run, fields)
-            if read is None:
-                return None
-            for name, values in read.items():
-                columns.setdefault(name, []).extend(values)
-        try:
-            return {name: np.array(values, np.int64) if name in self.int_fields else values
-                    for name, values in columns.items()} or None
-        except OverflowError:
+        samples are then read one by one, and what differs is named). With `into`, the
+        runs are read one after another into the uint8 array `into(nbytes)` gives (if it
+        gives one), and a field's bytes are Spans of it: no copy of each value."""
+        fields = self._fields_of(runs)
+        layouts = [self._layout(run, len(fields)) for run in runs] if fields else []
+        if not layouts or any(layout is None for layout in layouts):
             return None
+        buffer = into(sum(high - low for low, high, _ in layouts)) if into else None
+        if buffer is None:
+            values = self._values_apart(runs, layouts, fields)
+        else:
+            values = self._values_in(buffer, runs, layouts, fields)
+        if values is None:
+            return None
+        keys = [key for run in runs
+                for key in self.index(run.part).keys[run.start:run.start + run.count]]
+        return {KEY: keys, **values}
 
-    def _same_fields(self, part: int) -> tuple[str, ...] | None:
-        if part not in self._fields:
-            self._fields[part] = self.index(part).same_fields()
-        return self._fields[part]
+    def _fields_of(self, runs) -> tuple[str, ...] | None:
+        """The fields every sample of the runs' shards has, in order, if they agree."""
+        fields = None
+        for part in {run.part for run in runs}:
+            if part not in self._fields:
+                self._fields[part] = self.index(part).same_fields()
+            if self._fields[part] is None or fields not in (None, self._fields[part]):
+                return None
+            fields = self._fields[part]
+        return fields
 
-    def _run_columns(self, run, fields: tuple[str, ...]) -> dict | None:
-        index, width = self.index(run.part), len(fields)
+    def _layout(self, run, width: int) -> tuple[int, int, np.ndarray] | None:
+        """(first byte, end, each member's (start, end) from the first byte, as a
+        (samples, width, 2) array) of the run's bytes; None if the index is short."""
+        index = self.index(run.part)
         offsets = index.offset[run.start * width:(run.start + run.count) * width]
         sizes = index.size[run.start * width:(run.start + run.count) * width]
         if len(offsets) != run.count * width or not len(offsets):
             return None
-        low, high = int(offsets[0]), int(offsets[-1] + sizes[-1])
-        data = os.pread(self._fd(run.part), high - low, low)
-        if len(data) != high - low:
-            return None
-        starts = (offsets - low).reshape(run.count, width)
-        ends = (starts + sizes.reshape(run.count, width)).T.tolist()
-        out = {KEY: index.keys[run.start:run.start + run.count]}
-        for column, name in enumerate(fields):
-            values = list(map(data.__getitem__, map(slice, starts[:, column].tolist(),
-                                                    ends[column])))
-            try:
-                out[name] = list(map(int, values)) if name in self.int_fields else values
-            except ValueError:
+        low = int(offsets[0])
+        bounds = np.stack([offsets - low, offsets - low + sizes], axis=1)
+        return low, int(offsets[-1] + sizes[-1]), bounds.reshape(run.count, width, 2)
+
+    def _values_apart(self, runs, layouts, fields) -> dict | None:
+        """Each field's values as bytes sliced from each run's own read."""
+        values: dict[str, list] = {name: [] for name in fields}
+        for run, (low, high, bounds) in zip(runs, layouts, strict=True):
+            data = os.pread(self._fd(run.part), high - low, low)
+            if len(data) != high - low:
                 return None
-        return out
+            for column, name in enumerate(fields):
+                at = map(slice, *bounds[:, column].T.tolist())
+                values[name].extend(map(data.__getitem__, at))
+        return self._with_ints(values)
+
+    def _values_in(self, buffer: np.ndarray, runs, layouts, fields) -> dict | None:
+        """Each field's values as Spans of `buffer`, the runs read into it in turn."""
+        view, at, bounds_all = memoryview(buffer), 0, []
+        for run, (low, high, bounds) in zip(runs, layouts, strict=True):
+            if os.preadv(self._fd(run.part), [view[at:at + high - low]], low) != high - low:
+                return None
+            bounds_all.append(bounds + at)
+            at += high - low
+        bounds = np.concatenate(bounds_all)
+        values: dict = {}
+        for column, name in enumerate(fields):
+            if name in self.int_fields:
+                at = map(slice, *bounds[:, column].T.tolist())
+                values[name] = list(map(bytes, map(view.__getitem__, at)))
+            else:
+                values[name] = Spans(buffer, bounds[:, column, 0], bounds[:, column, 1])
+        return self._with_ints(values)
+
+    def _with_ints(self, values: dict) -> dict | None:
+        """`values` with each int field's bytes as an int64 array; None if one is not an
+        int."""
+        try:
+            for name in self.int_fields & values.keys():
+                values[name] = np.array(list(map(int, values[name])), np.int64)
+        except (ValueError, OverflowError):
+            return None
+        return values
 
     def prefetch(self, runs) -> None:
         """Ask the kernel to read ahead the byte ranges of `runs` (packer.formats.readahead)."""
