@@ -1,12 +1,14 @@
 """Batches handed over from the workers a few at a time, given in torch's order, counted
 worker by worker; and torch's pinning thread passing over them on their way."""
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory
 
 import packer
 from conftest import class_images, run
+from packer.formats.webdataset.tarindex import Spans
 from packer.read import batches, ring
 
 
@@ -150,3 +152,20 @@ def test_no_slot_is_made_where_shared_memory_is_short(in_a_worker, monkeypatch):
     assert in_a_worker.in_slot((4096,)) is None
     assert batches.shipped({"jpg": [b"x" * 5000]}).batch["jpg"] == [b"x" * 5000]
     assert in_a_worker.in_slot((512,)) is not None  # a 512-byte slot fits 4 times
+
+
+def test_values_read_into_a_window_slot_do_not_weigh_on_a_handover(in_a_worker, monkeypatch):
+    """The window's slot holds them whatever the handover: up to GROUP batches go
+    together; values copied into slots of their own count their bytes."""
+    monkeypatch.setattr(batches, "GROUP_BYTES", 100)
+    window = batches.slot_buffer(1000)
+    window[:] = np.arange(1000) % 251
+    spans = Spans(window, np.arange(0, 1000, 100), np.arange(100, 1001, 100))
+    made = [({"jpg": [Spans(window, spans.starts[i:i + 1], spans.ends[i:i + 1])]}, 1)
+            for i in range(10)]
+    handovers = list(batches.handed_over(made, 0, 8))
+    assert [len(h.batches) for h in handovers] == [8, 2]
+    got = [batches.landed(b)["jpg"][0] for h in handovers for b in h.batches]
+    assert got == [window[i * 100:(i + 1) * 100].tobytes() for i in range(10)]
+    copied = [({"jpg": [b"x" * 100]}, 1) for _ in range(3)]
+    assert [len(h.batches) for h in batches.handed_over(copied, 0, 8)] == [1, 1, 1]

@@ -177,19 +177,31 @@ def _handovers(made: Iterable[tuple], worker: int, group: int) -> Iterator[Hando
     for batch, size in made:
         batches_in.append(shipped(batch))
         sizes.append(size)
-        packed = batches_in[-1].packed if isinstance(batches_in[-1], Shipped) else ()
-        for name, value in (batch or {}).items():
-            if isinstance(value, torch.Tensor):
-                nbytes += value.nbytes
-            elif name in packed:
-                nbytes += batches_in[-1].batch[name].nbytes
-            elif _all_bytes(value):
-                piped += sum(map(len, value))
+        in_slots, in_pickle = _weight(batch, batches_in[-1])
+        nbytes, piped = nbytes + in_slots, piped + in_pickle
         if len(batches_in) == group or nbytes >= GROUP_BYTES or piped >= GROUP_PIPED:
             yield Handover(worker, tuple(sizes), batches_in)
             batches_in, sizes, nbytes, piped = [], [], 0, 0
     if batches_in:
         yield Handover(worker, tuple(sizes), batches_in)
+
+
+def _weight(batch, crossing) -> tuple[int, int]:
+    """(bytes of tensors and copied values in slots, bytes of values in the pickle) of a
+    batch as it crosses; values read into a window's slot weigh nothing (the window
+    holds them anyway)."""
+    in_slots = in_pickle = 0
+    sent_as = crossing.batch if isinstance(crossing, Shipped) else batch or {}
+    packed = crossing.packed if isinstance(crossing, Shipped) else ()
+    for name, value in (batch or {}).items():
+        sent = sent_as[name]
+        if isinstance(value, torch.Tensor):
+            in_slots += value.nbytes
+        elif name in packed and not _all_spans(value):
+            in_slots += sent.nbytes
+        elif _all_bytes(sent):
+            in_pickle += sum(map(len, sent))
+    return in_slots, in_pickle
 
 
 def in_turn(handovers: Iterable, counts: list[int]) -> Iterator[tuple]:
