@@ -1,6 +1,8 @@
 """Batches handed over from the workers a few at a time, given in torch's order, counted
 worker by worker; and torch's pinning thread passing over them on their way."""
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -169,3 +171,29 @@ def test_values_read_into_a_window_slot_do_not_weigh_on_a_handover(in_a_worker, 
     assert got == [window[i * 100:(i + 1) * 100].tobytes() for i in range(10)]
     copied = [({"jpg": [b"x" * 100]}, 1) for _ in range(3)]
     assert [len(h.batches) for h in batches.handed_over(copied, 0, 8)] == [1, 1, 1]
+
+
+def _freeze_count(path):
+    def record(worker_id):
+        with open(f"{path}.{worker_id}", "w") as out:
+            out.write(str(gc.get_freeze_count()))
+    return record
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_workers_fork_with_the_training_process_objects_frozen(raw, tmp_path, frozen_before):
+    """A collection in a worker before it reads would copy every page of the objects it
+    inherits: they are frozen when it forks (and not unfrozen here if the program froze
+    objects itself)."""
+    gc.unfreeze()  # (`packer pack` run in this process froze its objects)
+    if frozen_before:
+        gc.freeze()
+    try:
+        ds = packer.open_dataset(raw)
+        loader = packer.DataLoader(ds, batch_size=8, num_workers=1,
+                                   worker_init_fn=_freeze_count(tmp_path / "count"))
+        assert sum(len(b["__key__"]) for b in loader) == len(ds)
+        assert int((tmp_path / "count.0").read_text()) > 1000  # frozen before torch's setup
+        assert (gc.get_freeze_count() > 0) == frozen_before
+    finally:
+        gc.unfreeze()

@@ -1,6 +1,8 @@
 """packer.DataLoader: torch's DataLoader over a PackedDataset, which makes the batches
 in its workers, knows how many were consumed (for an exact resume), and counts them."""
 
+import gc
+
 import torch
 
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
@@ -64,9 +66,18 @@ class DataLoader(torch.utils.data.DataLoader):
         workers = self.num_workers
         if self._batches_from_dataset:  # read by the workers (or the iterator) made now
             dataset._batching = (self.batch_size, self.drop_last)
+        # The workers fork with this process's objects out of the collector's reach: a
+        # collection in a worker before it reads would write to every page holding them,
+        # and copy each (20 MB and more a worker). Python's gc.freeze advice for fork;
+        # not where the program freezes objects itself (unfreezing would undo that).
+        ours = gc.get_freeze_count() == 0
+        if ours:
+            gc.freeze()
         try:
             batches_in = super().__iter__()
         finally:
+            if ours:
+                gc.unfreeze()
             if self._batches_from_dataset:
                 dataset._batching = None
         widen_result_pipe(batches_in)
