@@ -3,6 +3,7 @@ in its workers, knows how many were consumed (for an exact resume), and counts t
 
 import gc
 
+import numpy.random  # noqa: F401  torch seeds it in every worker: imported once, before they fork
 import torch
 
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
