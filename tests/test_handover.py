@@ -10,7 +10,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 
 import packer
 from conftest import class_images, run
-from packer.formats.webdataset.tarindex import Spans
+from packer.formats.spans import Spans
 from packer.read import batches, ring
 
 

@@ -15,7 +15,7 @@ import torch
 import packer
 from conftest import class_images, image_bytes, run
 from packer.errors import DatasetError
-from packer.formats.webdataset.tarindex import Spans
+from packer.formats.spans import Spans
 from packer.read import plan, ring
 from packer.read.batches import collate_samples
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from packer.formats.webdataset.tarindex import Spans
+from packer.formats.spans import Spans
 from packer.read.ring import LANDING, SlotRef, worker_slots
 from packer.sample import KEY
 

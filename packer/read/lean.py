@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from packer.formats.msgpack_columns import Bins
-from packer.formats.webdataset.tarindex import Spans
+from packer.formats.spans import Spans
 from packer.read.batches import batch_buffer, pixel_batch
 from packer.read.decode import IMAGE_FIELDS, field_kind, npy_array
 from packer.sample import KEY, RAW_IMAGE_FIELD
@@ -99,7 +99,7 @@ def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lea
 
 # Batches from windows. A reader may give a window of samples as columns ({field:
 # column}: a list, an array, Bins (packer.formats.msgpack_columns) or Spans of a
-# buffer (packer.formats.webdataset.tarindex));
+# buffer (packer.formats.spans));
 # a batch then takes its samples' rows from each window's columns, field by field.
 
 def window_batches(windows, size: int, drop_last: bool, make: Callable[[list], object]):

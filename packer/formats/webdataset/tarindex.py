@@ -22,7 +22,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import msgpack
 import numpy as np
@@ -30,22 +29,12 @@ import numpy as np
 from packer.errors import DatasetError
 from packer.formats.base import PartFiles
 from packer.formats.readahead import file_range
+from packer.formats.spans import Spans
 from packer.formats.webdataset import INDEX_SUFFIX
 from packer.sample import KEY, split_member
 
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
-
-
-class Spans(NamedTuple):
-    """A column of values that lie in one buffer: where each one starts and ends in it."""
-
-    buffer: np.ndarray  # uint8
-    starts: np.ndarray
-    ends: np.ndarray
-
-    def value(self, i: int) -> bytes:
-        return self.buffer[self.starts[i]:self.ends[i]].tobytes()
 
 
 def _number(field: bytes) -> int:
@@ -307,22 +296,19 @@ class Reader(PartFiles):
         as an int64 array, without a dict per sample; None unless every sample of their
         shards has the same fields in the same order, each int field holding an int (the
         samples are then read one by one, and what differs is named). With `into`, the
-        runs are read one after another into the uint8 array `into(nbytes)` gives (if it
-        gives one), and a field's bytes are Spans of it: no copy of each value."""
+        runs are read in turn into the uint8 array `into(nbytes)` gives (if it gives
+        one), and a field's bytes are Spans of it: no copy of each value."""
         fields = self._fields_of(runs)
         layouts = [self._layout(run, len(fields)) for run in runs] if fields else []
         if not layouts or any(layout is None for layout in layouts):
             return None
         buffer = into(sum(high - low for low, high, _ in layouts)) if into else None
-        if buffer is None:
-            values = self._values_apart(runs, layouts, fields)
-        else:
-            values = self._values_in(buffer, runs, layouts, fields)
+        values = (self._values_apart(runs, layouts, fields) if buffer is None
+                  else self._values_in(buffer, runs, layouts, fields))
         if values is None:
             return None
-        keys = [key for run in runs
-                for key in self.index(run.part).keys[run.start:run.start + run.count]]
-        return {KEY: keys, **values}
+        return {KEY: [key for run in runs for key in
+                      self.index(run.part).keys[run.start:run.start + run.count]], **values}
 
     def _fields_of(self, runs) -> tuple[str, ...] | None:
         """The fields every sample of the runs' shards has, in order, if they agree."""
@@ -336,8 +322,8 @@ class Reader(PartFiles):
         return fields
 
     def _layout(self, run, width: int) -> tuple[int, int, np.ndarray] | None:
-        """(first byte, end, each member's (start, end) from the first byte, as a
-        (samples, width, 2) array) of the run's bytes; None if the index is short."""
+        """(first byte, end, (samples, width, 2) array of each member's (start, end)
+        from the first byte) of the run's bytes; None if the index is short."""
         index = self.index(run.part)
         offsets = index.offset[run.start * width:(run.start + run.count) * width]
         sizes = index.size[run.start * width:(run.start + run.count) * width]
@@ -378,8 +364,7 @@ class Reader(PartFiles):
         return self._with_ints(values)
 
     def _with_ints(self, values: dict) -> dict | None:
-        """`values` with each int field's bytes as an int64 array; None if one is not an
-        int."""
+        """`values`, each int field's as an int64 array; None if one is not an int."""
         try:
             for name in self.int_fields & values.keys():
                 values[name] = np.array(list(map(int, values[name])), np.int64)
