@@ -165,3 +165,21 @@ def test_a_class_id_that_is_not_a_number_is_named_in_a_batch(tmp_path):
         with pytest.raises(DatasetError, match=r"shard-000000.tar: the member at byte offset "
                                                r"\d[\d,]* holds b'cat', not a class id"):
             list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
+
+
+def test_a_batch_across_a_window_in_a_slot_and_one_read_apart_is_made_as_planned(
+        monkeypatch):
+    """A worker that found no free slot for the next window reads it as usual: a batch
+    taking samples from both windows still takes each value from its own column, with
+    no dict made per sample."""
+    from packer.read import lean
+    monkeypatch.setattr(lean, "_sample", lambda window, i: pytest.fail("read sample by sample"))
+    buffer = np.frombuffer(b"xxAAAyyBB", np.uint8).copy()
+    in_slot = {"__key__": ["a0", "a1"], "cls": np.array([0, 1]),
+               "jpg": Spans(buffer, np.array([2, 7]), np.array([5, 9]))}
+    apart = {"__key__": ["b0"], "cls": np.array([2]), "jpg": [b"CC"]}
+    planned = lean.Plan({"__key__": lean.LIST, "cls": lean.CLASS, "jpg": lean.LIST}, None)
+    batch = lean.pieces_batch([(in_slot, [1, 0]), (apart, [0])], planned,
+                              lambda samples: pytest.fail("decoded sample by sample"))
+    assert batch["__key__"] == ["a1", "a0", "b0"] and batch["jpg"] == [b"BB", b"AAA", b"CC"]
+    assert batch["cls"].tolist() == [1, 0, 2]

@@ -126,11 +126,11 @@ def _bytes_in_slot(values: list[bytes], slots) -> SlotBytes | None:
 
 def _spans_crossing(spans: list[Spans], slots) -> SlotBytes | list[bytes]:
     """Values that a reader read into slots (Spans of them), as they cross."""
-    refs = [slots.ref(torch.from_numpy(span.buffer)) for span in spans]
-    if None in refs:  # not read into a slot: copied, as bytes
+    buffers = [torch.from_numpy(span.buffer) for span in spans]
+    if not all(map(slots.holds, buffers)):  # not read into a slot: copied, as bytes
         return [span.value(i) for span in spans for i in range(len(span.starts))]
-    return SlotBytes([(ref, span.starts, span.ends) for ref, span in zip(refs, spans,
-                                                                          strict=True)])
+    return SlotBytes([(slots.ref(buffer), span.starts, span.ends)
+                      for buffer, span in zip(buffers, spans, strict=True)])
 
 
 def _landed_bytes(packed: SlotBytes) -> list[bytes]:

@@ -70,8 +70,9 @@ class DataLoader(torch.utils.data.DataLoader):
         # The workers fork with this process's objects out of the collector's reach: a
         # collection in a worker before it reads would write to every page holding them,
         # and copy each (20 MB and more a worker). Python's gc.freeze advice for fork;
-        # not where the program freezes objects itself (unfreezing would undo that).
-        ours = gc.get_freeze_count() == 0
+        # not where the program freezes objects itself (unfreezing would undo that), nor
+        # with no workers (unfreezing moves every young object to the oldest generation).
+        ours = workers > 0 and gc.get_freeze_count() == 0
         if ours:
             gc.freeze()
         try:

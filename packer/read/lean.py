@@ -145,7 +145,10 @@ def _gathered(pieces: list, name: str) -> list | np.ndarray:
     if all(isinstance(column, Spans) for column in columns):  # where they lie, piece by piece
         return [Spans(column.buffer, column.starts[at], column.ends[at])
                 for column, (_, at) in zip(columns, pieces, strict=True)]
-    return [column[i] for column, (_, at) in zip(columns, pieces, strict=True) for i in at]
+    if all(isinstance(column, list) for column in columns):
+        return [column[i] for column, (_, at) in zip(columns, pieces, strict=True) for i in at]
+    # windows read apart (one into a slot, the next not, as no slot was free)
+    return [_cell(column, i) for column, (_, at) in zip(columns, pieces, strict=True) for i in at]
 
 
 def _sample(window: dict | list, i: int) -> dict:

@@ -38,6 +38,9 @@ def _slot_size(nbytes: int) -> int:
     return 1 << max(nbytes - 1, 1).bit_length()
 
 
+SHARED_MEMORY = "/dev/shm"
+
+
 def _room_for(nbytes: int) -> bool:
     """Whether shared memory has room for a new slot of `nbytes`, four times over: a
     slot's pages are taken as they are written, and a full /dev/shm (64 MB in a
@@ -47,9 +50,6 @@ def _room_for(nbytes: int) -> bool:
     except OSError:  # no /dev/shm (macOS): the system's limits apply
         return True
     return stat.f_bavail * stat.f_frsize >= 4 * nbytes
-
-
-SHARED_MEMORY = "/dev/shm"
 
 
 class SlotRef(NamedTuple):
@@ -107,6 +107,9 @@ class WorkerSlots:
         self._by_pointer[self.storages[-1].data_ptr()] = len(self.storages) - 1
         return len(self.storages) - 1
 
+    def holds(self, tensor: torch.Tensor) -> bool:
+        return tensor.untyped_storage().data_ptr() in self._by_pointer
+
     def ref(self, tensor: torch.Tensor) -> SlotRef | None:
         """How `tensor` crosses if it lies in a slot; None if not."""
         slot = self._by_pointer.get(tensor.untyped_storage().data_ptr())
@@ -135,8 +138,9 @@ def worker_slots() -> WorkerSlots:
 
 class Landing:
     """The training process's side: the slots' storages and counts of references let
-    go of by worker, and the references not yet let go of. One for the process, so that persistent
-    workers' slots stay known from one epoch (and one DataLoader iterator) to the next."""
+    go of by worker, and the references not yet let go of. One for the process, so that
+    persistent workers' slots stay known from one epoch (and one DataLoader iterator) to
+    the next."""
 
     def __init__(self):
         self.storages: dict[tuple[int, int], torch.UntypedStorage] = {}
