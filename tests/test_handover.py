@@ -122,7 +122,7 @@ def test_bytes_values_cross_in_a_slot_and_land_as_the_same_bytes(in_a_worker):
     assert out.packed == ("jpg",) and isinstance(out.batch["jpg"], batches.SlotBytes)
     slot = out.batch["jpg"].pieces[0][0].slot
     assert batches.landed(out)["jpg"] == values
-    batches.landed(None)  # the training process lets the slot go once nothing refers to it
+    # copied out, the values refer to nothing in the slot: it is let go of at once
     assert in_a_worker.returned.tolist()[:1] == in_a_worker.lent.tolist()[:1] == [1]
     # a slot is a power of two: a batch a little larger than the first one reuses it
     again = batches.shipped({"jpg": [b"x" * 9000]})

@@ -151,6 +151,33 @@ def test_shards_whose_samples_differ_in_members_are_read_sample_by_sample(tmp_pa
         batches_match_per_sample(folder, workers)
 
 
+def test_class_ids_in_a_slot_are_read_as_int_reads_them():
+    """Plain digits are read in a few array operations; anything else (a sign, a space,
+    a newline, an empty or a 19-digit member) leaves it to int()."""
+    values = [b"0", b"7", b"12", b"007", b"123456789012345678", b"99"]
+    buffer = np.frombuffer(b"jpg".join(values), np.uint8)
+    ends = np.cumsum([len(v) + 3 for v in values]) - 3
+    spans = Spans(buffer, ends - [len(v) for v in values], ends)
+    assert spans.decimals().tolist() == [int(v) for v in values]
+    assert spans.decimals().dtype == np.int64
+    for odd in (b"-3", b"+3", b"3\n", b" 4", b"", b"1234567890123456789", b"1_0"):
+        one = Spans(np.frombuffer(odd, np.uint8), np.array([0]), np.array([len(odd)]))
+        assert one.decimals() is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_class_ids_other_tools_write_are_read_alike_from_slots(tmp_path, workers):
+    """Class ids with a newline, a sign or leading zeros (other tools write them so):
+    the same ids with workers (read into slots) as without."""
+    ids = [b"3\n", b"-1", b"007", b"12", b" 5"]
+    samples = [[(f"{i:02d}.jpg", image_bytes(i)), (f"{i:02d}.cls", ids[i % 5])]
+               for i in range(40)]
+    folder = foreign(tmp_path / "ids", samples)
+    batches = batches_match_per_sample(folder, workers)
+    assert sorted(torch.cat([b["cls"] for b in batches]).tolist()) == sorted(
+        int(ids[i % 5]) for i in range(40))
+
+
 def test_a_class_id_that_is_not_a_number_is_named_in_a_batch(tmp_path):
     samples = [[(f"{i:02d}.jpg", image_bytes(i)), (f"{i:02d}.cls", str(i % 3).encode())]
                for i in range(30)]

@@ -128,7 +128,7 @@ def _spans_crossing(spans: list[Spans], slots) -> SlotBytes | list[bytes]:
     """Values that a reader read into slots (Spans of them), as they cross."""
     buffers = [torch.from_numpy(span.buffer) for span in spans]
     if not all(map(slots.holds, buffers)):  # not read into a slot: copied, as bytes
-        return [span.value(i) for span in spans for i in range(len(span.starts))]
+        return [value for span in spans for value in span.values()]
     return SlotBytes([(slots.ref(buffer), span.starts, span.ends)
                       for buffer, span in zip(buffers, spans, strict=True)])
 
@@ -136,8 +136,7 @@ def _spans_crossing(spans: list[Spans], slots) -> SlotBytes | list[bytes]:
 def _landed_bytes(packed: SlotBytes) -> list[bytes]:
     values: list[bytes] = []
     for ref, starts, ends in packed.pieces:
-        view = memoryview(LANDING.tensor(ref).numpy())
-        values += map(bytes, map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+        values += LANDING.values(ref, starts, ends)
     return values
 
 

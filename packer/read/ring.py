@@ -9,11 +9,13 @@ again without a handover. A slot may hold one batch, or the bytes of several (a 
 of tar members read into it at once): the worker counts the references to each slot it
 sends, and the training process counts, in a small shared array of the worker's, those
 it has let go of, once nothing refers to the slot's memory any more (no batch, no view
-of one). A worker writes again only into a slot whose every reference has come back
-and that nothing in the worker refers to; when none is free, it takes a new one, up to
-SLOTS, then a buffer of torch's usual kind.
+of one; bytes values copied out of a slot refer to nothing, and let it go at once). A
+worker writes again only into a slot whose every reference has come back and that
+nothing in the worker refers to; when none is free, it takes a new one, up to SLOTS,
+then a buffer of torch's usual kind.
 """
 
+import ctypes
 import os
 from typing import NamedTuple
 
@@ -144,19 +146,41 @@ class Landing:
 
     def __init__(self):
         self.storages: dict[tuple[int, int], torch.UntypedStorage] = {}
+        self.views: dict[tuple[int, int], memoryview] = {}  # of the storages' memory
         self.returned: dict[int, np.ndarray] = {}
         self.pids: dict[int, int] = {}
         self.lent: list[tuple[int, int]] = []
 
     def tensor(self, ref: SlotRef) -> torch.Tensor:
-        key = (ref.owner, ref.slot)
-        if ref.storage is not None:
-            self.storages[key] = ref.storage
-        if ref.returned is not None:  # as numpy: a torch item assignment costs far more
-            self.returned[ref.owner], self.pids[ref.owner] = ref.returned.numpy(), ref.pid
+        key = self._known(ref)
         self.lent.append(key)
         return torch.empty(0, dtype=torch.uint8).set_(self.storages[key], ref.offset,
                                                        ref.size, ref.stride)
+
+    def values(self, ref: SlotRef, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+        """The bytes at [starts, ends) of a slot, each copied; the reference is let go
+        of at once (a copy refers to nothing), and no tensor is made for it."""
+        key = self._known(ref)
+        view = self.views.get(key)
+        if view is None:  # a view that holds no reference to the storage (the dict does)
+            storage = self.storages[key]
+            view = self.views[key] = memoryview(
+                (ctypes.c_ubyte * storage.nbytes()).from_address(storage.data_ptr())).cast("B")
+        if ref.offset:
+            starts, ends = starts + ref.offset, ends + ref.offset
+        values = list(map(bytes, map(view.__getitem__, map(slice, starts.tolist(),
+                                                           ends.tolist()))))
+        self.returned[key[0]][key[1]] += 1
+        return values
+
+    def _known(self, ref: SlotRef) -> tuple[int, int]:
+        key = (ref.owner, ref.slot)
+        if ref.storage is not None:
+            self.storages[key] = ref.storage
+            self.views.pop(key, None)
+        if ref.returned is not None:  # as numpy: a torch item assignment costs far more
+            self.returned[ref.owner], self.pids[ref.owner] = ref.returned.numpy(), ref.pid
+        return key
 
     def release(self) -> None:
         """Count as let go of the references to slots nothing refers to any more."""
@@ -173,6 +197,7 @@ class Landing:
         they still refer to)."""
         gone = {owner for owner, pid in self.pids.items() if not _alive(pid)}
         if gone:
+            self.views = {k: v for k, v in self.views.items() if k[0] not in gone}
             self.storages = {k: v for k, v in self.storages.items() if k[0] not in gone}
             self.lent = [key for key in self.lent if key[0] not in gone]
             for owner in gone:

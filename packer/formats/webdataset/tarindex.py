@@ -354,20 +354,20 @@ class Reader(PartFiles):
             bounds_all.append(bounds + at)
             at += high - low
         bounds = np.concatenate(bounds_all)
-        values: dict = {}
-        for column, name in enumerate(fields):
-            if name in self.int_fields:
-                at = map(slice, *bounds[:, column].T.tolist())
-                values[name] = list(map(bytes, map(view.__getitem__, at)))
-            else:
-                values[name] = Spans(buffer, bounds[:, column, 0], bounds[:, column, 1])
-        return self._with_ints(values)
+        return self._with_ints({name: Spans(buffer, bounds[:, column, 0], bounds[:, column, 1])
+                                for column, name in enumerate(fields)})
 
     def _with_ints(self, values: dict) -> dict | None:
         """`values`, each int field's as an int64 array; None if one is not an int."""
         try:
             for name in self.int_fields & values.keys():
-                values[name] = np.array(list(map(int, values[name])), np.int64)
+                column = values[name]
+                if isinstance(column, Spans):  # plain digits at once, others by int()
+                    ints = column.decimals()
+                    column = column.values() if ints is None else ints
+                if isinstance(column, list):
+                    column = np.array(list(map(int, column)), np.int64)
+                values[name] = column
         except (ValueError, OverflowError):
             return None
         return values
