@@ -2,11 +2,16 @@
 worker by worker; and torch's pinning thread passing over them on their way."""
 
 import gc
+import multiprocessing
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 import packer
 from conftest import class_images, run
@@ -197,3 +202,53 @@ def test_workers_fork_with_the_training_process_objects_frozen(raw, tmp_path, fr
         assert (gc.get_freeze_count() > 0) == frozen_before
     finally:
         gc.unfreeze()
+
+
+def _exit_threads(monkeypatch) -> list:
+    """(dataset, thread) of each of torch's waits for workers to exit, as they come."""
+    threads = []
+    wait = _MultiProcessingDataLoaderIter._shutdown_workers
+
+    def recorded(self):
+        threads.append((self._dataset, threading.current_thread()))
+        wait(self)
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "_shutdown_workers", recorded)
+    return threads
+
+
+def test_an_epoch_ends_without_waiting_for_its_workers_to_exit(raw, monkeypatch):
+    """torch waits until every worker has exited before the epoch's loop ends; here
+    they exit in a thread meanwhile, once each epoch, even one left halfway."""
+    waits = _exit_threads(monkeypatch)
+    ds = packer.open_dataset(raw, shuffle=True, seed=2)
+    loader = packer.DataLoader(ds, batch_size=4, num_workers=2)
+    first = [key for batch in loader for key in batch["__key__"]]
+    for number, _ in enumerate(loader):  # the second epoch, left after 3 batches
+        if number == 3:
+            break
+    third = [key for batch in loader for key in batch["__key__"]]
+    assert sorted(first) == sorted(third) and len(first) == len(ds)
+    threads = [thread for dataset, thread in waits if dataset is ds]  # (not earlier tests')
+    assert [thread.name for thread in threads] == ["packer-workers-exit"] * 3
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not [p for p in multiprocessing.active_children() if "worker" in p.name.lower()]
+
+
+@pytest.mark.parametrize("ending", ["after the epoch", "halfway"])
+def test_a_program_that_ends_as_its_workers_exit_ends_cleanly(raw, tmp_path, ending):
+    """The workers of the last epoch are still exiting when the program ends: it waits
+    for them before it tears itself down (a thread caught in that tore the process
+    down with an abort), and their exit is no worker failure."""
+    script = tmp_path / "one_epoch.py"
+    script.write_text(
+        "import sys, packer\n"
+        f"ds = packer.open_dataset({str(raw)!r}, shuffle=True)\n"
+        "for number, batch in enumerate(packer.DataLoader(ds, batch_size=4, num_workers=2)):\n"
+        f"    if {ending == 'halfway'} and number == 5:\n"
+        "        break\n"
+        "print('read', number + 1)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("read ") and done.stderr == ""
