@@ -129,7 +129,7 @@ def test_bytes_values_cross_in_a_slot_and_land_as_the_same_bytes(in_a_worker):
     assert batches.landed(out)["jpg"] == values
     # copied out, the values refer to nothing in the slot: it is let go of at once
     assert in_a_worker.returned.tolist()[:1] == in_a_worker.lent.tolist()[:1] == [1]
-    # a slot is a power of two: a batch a little larger than the first one reuses it
+    # a slot has room to spare: a batch a little larger than the first one reuses it
     again = batches.shipped({"jpg": [b"x" * 9000]})
     assert again.batch["jpg"].pieces[0][0].slot == slot == 0 and len(in_a_worker.storages) == 1
     assert batches.landed(again)["jpg"] == [b"x" * 9000]
@@ -153,12 +153,12 @@ def test_no_slot_is_made_where_shared_memory_is_short(in_a_worker, monkeypatch):
     """A container's /dev/shm is 64 MB unless told otherwise: a slot is made only with
     four times its size free there, else the bytes cross in the pickle."""
     class Short:
-        f_bavail, f_frsize = 3, 4096  # 12 KB free
+        f_bavail, f_frsize = 5, 4096  # 20 KB free
 
     monkeypatch.setattr(ring.os, "statvfs", lambda path: Short)
-    assert in_a_worker.in_slot((4096,)) is None
+    assert in_a_worker.in_slot((4096,)) is None  # a slot of two pages (room to spare)
     assert batches.shipped({"jpg": [b"x" * 5000]}).batch["jpg"] == [b"x" * 5000]
-    assert in_a_worker.in_slot((512,)) is not None  # a 512-byte slot fits 4 times
+    assert in_a_worker.in_slot((512,)) is not None  # a slot of one page fits 4 times
 
 
 def test_values_read_into_a_window_slot_do_not_weigh_on_a_handover(in_a_worker, monkeypatch):

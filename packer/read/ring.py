@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
+_PAGE = 4096
 
 # the count of references to a storage's memory (torch's own; a torch without it
 # shares every buffer the usual way)
@@ -34,10 +35,12 @@ def _shared(nbytes: int) -> torch.UntypedStorage:
 
 
 def _slot_size(nbytes: int) -> int:
-    """A new slot's size: the next power of two, so that a slot first made for one
-    batch of bytes values also holds the slightly larger ones after it (the pages past
-    what is written are never touched, and take no memory)."""
-    return 1 << max(nbytes - 1, 1).bit_length()
+    """A new slot's size: an eighth more than asked, in whole pages, so that a slot
+    first made for one batch of bytes values, or one window, also holds the slightly
+    larger ones after it. torch takes every page of a shared buffer when it makes it
+    (to fail then rather than with a bus error later), so each byte of room costs
+    memory, and time to clear it."""
+    return -(-(nbytes + nbytes // 8) // _PAGE) * _PAGE
 
 
 SHARED_MEMORY = "/dev/shm"
