@@ -11,7 +11,7 @@ import numpy as np
 class Spans(NamedTuple):
     """Where each value of a column starts and ends in `buffer`."""
 
-    buffer: np.ndarray  # uint8
+    buffer: np.ndarray  # uint8 (or a memoryview of bytes)
     starts: np.ndarray
     ends: np.ndarray
 

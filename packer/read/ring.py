@@ -22,6 +22,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from packer.formats.spans import Spans
+
 SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
 _PAGE = 4096
 
@@ -169,10 +171,7 @@ class Landing:
             storage = self.storages[key]
             view = self.views[key] = memoryview(
                 (ctypes.c_ubyte * storage.nbytes()).from_address(storage.data_ptr())).cast("B")
-        if ref.offset:
-            starts, ends = starts + ref.offset, ends + ref.offset
-        values = list(map(bytes, map(view.__getitem__, map(slice, starts.tolist(),
-                                                           ends.tolist()))))
+        values = Spans(view, starts + ref.offset, ends + ref.offset).values()
         self.returned[key[0]][key[1]] += 1
         return values
 
