@@ -88,9 +88,7 @@ def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lea
             out[name] = _pixels(values, lean.size, name, keys)
         elif how == CLASS or type(values[0]) is int:
             out[name] = torch.tensor([int(value) for value in values])
-        elif isinstance(values[0], Spans):  # bytes in a worker's slot, as they cross
-            out[name] = values
-        elif isinstance(values[0], bytes | str):
+        elif isinstance(values[0], Spans | bytes | str):  # Spans: bytes in a worker's slot
             out[name] = values
         else:  # floats, arrays ...: as torch's collate makes them
             raise TypeError(f"{name} holds {type(values[0]).__name__}")
