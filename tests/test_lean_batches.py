@@ -263,7 +263,7 @@ def test_msgpack_columns_refuse_values_of_another_layout():
     columns = msgpack_columns.columns([memoryview(v) for v in values], layout)
     assert columns["__key__"] == [f"k{i:02d}" for i in range(20)]
     assert columns["cls"].tolist() == [i % 4 for i in range(20)]
-    assert bytes(columns["rgb.npy"].rests[5]) == b"\x07" * 12
+    assert bytes(columns["rgb.npy"].rest(5)) == b"\x07" * 12
     assert columns["rgb.npy"].head == b"\x93NUMPY\x01\x00\x06\x00{}    "
     odd = {"longer key": value("k100", 1), "class id of two bytes": value("k05", 300)[:-1],
            "a class id's byte flipped": _flipped(values[5], values[5].index(b"cls") + 3),
@@ -274,6 +274,31 @@ def test_msgpack_columns_refuse_values_of_another_layout():
         assert msgpack_columns.columns(values[:5] + [other] + values[6:], layout) is None, name
     assert msgpack_columns.layout(msgpack.packb({"a": 1.5, "rgb.npy": b"x"}), "rgb.npy") is None
     assert msgpack_columns.layout(msgpack.packb({"rgb.npy": b"x", "a": 1}), "rgb.npy") is None
+
+
+def test_msgpack_columns_make_no_object_per_value():
+    """Columns of a window keep its values but make nothing for each one that Python's
+    collector would have to walk: thousands of objects a window made it walk every
+    object of the program (torch's too) about once an epoch."""
+    import gc
+
+    from packer.formats import msgpack_columns
+    from packer.sample import npy_header_size
+
+    values = [memoryview(msgpack.packb({"__key__": f"k{i:04d}", "cls": i % 7,
+                                        "rgb.npy": b"\x93NUMPY" + bytes(40)},
+                                       use_bin_type=True)) for i in range(2000)]
+    layout = msgpack_columns.layout(values[0], "rgb.npy", npy_header_size)
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        columns = msgpack_columns.columns(values, layout)
+        made = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert columns["cls"].tolist()[:8] == [0, 1, 2, 3, 4, 5, 6, 0]
+    assert made < 20, f"{made} objects for the collector, for {len(values)} values"
 
 
 def _flipped(data: bytes, at: int) -> bytes:

@@ -3,13 +3,13 @@
 The values of a run of samples whose maps have the same fields, each encoded at the
 same length (keys of one length, small class ids, stored pixels of one size), differ
 only in the bytes inside their strings, ints and last bin. The bytes before the last
-bin are copied out together, as one array of one row per value, and each field is a
-column of it; the last bin stays where it lies, as a view of the value's bytes: nothing
-is decoded, and no dict is made, value by value. Values that differ in
+bin are copied out, into one array of one row per value, and each field is a column of
+it; the last bin stays where it lies, in its value: nothing is decoded, and no dict or
+other object is made, value by value (each would be work for Python's collector, and
+thousands at once make it walk every object of the program). Values that differ in
 any other byte are left to be decoded one by one.
 """
 
-from operator import itemgetter
 from typing import NamedTuple
 
 import msgpack
@@ -35,10 +35,15 @@ class Layout(NamedTuple):
 
 
 class Bins(NamedTuple):
-    """A column of bins: the bytes they all begin with, then each one's rest."""
+    """A column of bins: the bytes they all begin with, then each one's rest, which
+    is values[i][start:]."""
 
     head: bytes
-    rests: list[memoryview]  # each a view of its value's bytes
+    values: list  # bytes-like
+    start: int
+
+    def rest(self, i: int) -> memoryview:
+        return memoryview(self.values[i])[self.start:]
 
 
 def layout(value, last: str, head=lambda data: 0) -> Layout | None:
@@ -88,18 +93,20 @@ def columns(values: list, layout: Layout) -> dict | None:
     `layout`: strings as a list, ints as an int64 array, the last bin as Bins; None if
     any value differs from the layout."""
     length, head = layout.length, layout.head
-    if set(map(len, values)) != {length}:
-        return None
-    rows = np.frombuffer(b"".join([value[:head] for value in values]), np.uint8)
-    rows = rows.reshape(len(values), head)
+    rows = np.empty((len(values), head), np.uint8)
+    into, at = memoryview(rows.reshape(-1)), 0
+    for value in values:
+        if len(value) != length:
+            return None
+        into[at:at + head] = value[:head]
+        at += head
     if not (rows[:, layout.same] == layout.first[layout.same]).all():
         return None
     out = {}
     for field in layout.fields:
         column = rows[:, field.start:min(field.end, head)]
         if field.kind == BIN:
-            out[field.name] = Bins(layout.first[field.start:head].tobytes(),
-                                   list(map(itemgetter(slice(head, None)), values)))
+            out[field.name] = Bins(layout.first[field.start:head].tobytes(), values, head)
         elif field.kind == FIXINT:
             if (column >= 0x80).any():
                 return None

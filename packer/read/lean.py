@@ -158,7 +158,7 @@ def _sample(window: dict | list, i: int) -> dict:
 
 def _cell(column, i: int):
     if isinstance(column, Bins):
-        return column.head + column.rests[i].tobytes()
+        return column.head + column.rest(i).tobytes()
     if isinstance(column, Spans):
         return column.value(i)
     return int(column[i]) if isinstance(column, np.ndarray) else column[i]
@@ -172,15 +172,16 @@ def _column_pixels(pieces: list, name: str, size: tuple[int, int] | None) -> tor
     head = columns[0].head
     if any(not isinstance(column, Bins) or column.head != head for column in columns):
         raise ValueError("pixels stored in other layouts")
-    first = npy_array(head + columns[0].rests[pieces[0][1][0]].tobytes())
+    first = npy_array(head + columns[0].rest(pieces[0][1][0]).tobytes())
     if first.dtype != np.uint8 or first.ndim != 3 or (size and first.shape[:2] != size) \
-            or len(columns[0].rests[0]) != first.nbytes:
+            or len(columns[0].rest(0)) != first.nbytes:
         raise ValueError("not uint8 (height, width, channels) pixels at the size asked")
     out = batch_buffer((sum(len(at) for _, at in pieces), *first.shape))
     rows, size, end = memoryview(out.numpy().reshape(-1)), first.nbytes, 0
     for column, (_, at) in zip(columns, pieces, strict=True):
-        for rest in map(column.rests.__getitem__, at):  # one copy each, nothing made
-            rows[end:end + size] = rest
+        values, start = column.values, column.start
+        for i in at:  # one copy each, nothing kept
+            rows[end:end + size] = values[i][start:]
             end += size
     return out.permute(0, 3, 1, 2)
 
