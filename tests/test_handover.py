@@ -252,3 +252,37 @@ def test_a_program_that_ends_as_its_workers_exit_ends_cleanly(raw, tmp_path, end
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("read ") and done.stderr == ""
+
+
+def _fd_handovers(monkeypatch) -> list:
+    """File descriptors this process receives from workers, as they come."""
+    from multiprocessing import resource_sharer
+
+    received = []
+    detach = resource_sharer.DupFd.detach
+
+    def recorded(self):
+        received.append(self)
+        return detach(self)
+    monkeypatch.setattr(resource_sharer.DupFd, "detach", recorded)
+    return received
+
+
+@pytest.mark.parametrize("shm", ["roomy", "full"])
+def test_forked_workers_batches_cross_without_file_descriptors(raw, monkeypatch, shm):
+    """A forked worker's slots lie in memory mapped for it before it forked: none
+    crosses by file descriptor (a handshake with the worker each), and a full /dev/shm
+    (a container's, 64 MB) does not matter to them."""
+    class Full:
+        f_bavail, f_frsize = 0, 4096
+
+    if shm == "full":
+        monkeypatch.setattr(ring.os, "statvfs", lambda path: Full)
+    received = _fd_handovers(monkeypatch)
+    ds = packer.open_dataset(raw, shuffle=True, seed=1)
+    expected = sorted(s["__key__"] for s in packer.iter_samples(raw))
+    for _ in range(2):  # epochs
+        images = list(packer.DataLoader(ds, batch_size=4, num_workers=2))
+        assert sorted(k for batch in images for k in batch["__key__"]) == expected
+    assert received == [] and len(ring.LANDING.arenas) <= 4
+    assert images[0]["rgb.npy"].shape == (4, 3, 8, 8)

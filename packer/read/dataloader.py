@@ -2,6 +2,7 @@
 in its workers, knows how many were consumed (for an exact resume), and counts them."""
 
 import gc
+import multiprocessing
 import threading
 
 import numpy.random  # noqa: F401  torch seeds it in every worker: imported once, before they fork
@@ -9,6 +10,7 @@ import torch
 from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
+from packer.read import ring
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
 from packer.read.loader import PackedDataset
 from packer.read.ring import LANDING
@@ -104,15 +106,35 @@ class DataLoader(torch.utils.data.DataLoader):
         # not where the program freezes objects itself (unfreezing would undo that), nor
         # with no workers (unfreezing moves every young object to the oldest generation).
         ours = workers > 0 and gc.get_freeze_count() == 0
+        forking = workers > 0 and self._forks() and \
+            not (self.persistent_workers and self._iterator is not None)
+        arenas = ring.map_arenas(workers) if forking else []
         if ours:
             gc.freeze()
         try:
             batches_in = super().__iter__()
         finally:
+            ring.forked()
             if ours:
                 gc.unfreeze()
             if self._batches_from_dataset:
                 dataset._batching = None
+        try:
+            yield from self._batches(batches_in, dataset, tracking, workers)
+        finally:
+            if not self.persistent_workers:
+                LANDING.forget_unused(arenas)
+
+    def _forks(self) -> bool:
+        """Whether the workers are forked (and so share what this process mapped)."""
+        context = self.multiprocessing_context
+        if context is not None:
+            return context.get_start_method() == "fork"
+        # not get_start_method(): it would fix the program's choice (the default first)
+        return (multiprocessing.get_start_method(allow_none=True)
+                or multiprocessing.get_all_start_methods()[0]) == "fork"
+
+    def _batches(self, batches_in, dataset, tracking: bool, workers: int):
         widen_result_pipe(batches_in)
         LANDING.forget_exited()
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can

@@ -13,18 +13,27 @@ of one; bytes values copied out of a slot refer to nothing, and let it go at onc
 worker writes again only into a slot whose every reference has come back and that
 nothing in the worker refers to; when none is free, it takes a new one, up to SLOTS,
 then a buffer of torch's usual kind.
+
+Forked workers take their slots from memory the training process mapped for each of
+them before it forked (an arena): both see it from the start, so no slot crosses by a
+file descriptor at all (4 ms and more each, for a handshake with the worker), and the
+counts of references let go of lie in its first page. A worker's slots that do not fit
+in its arena, and those of workers that were not forked, are shared files.
 """
 
 import ctypes
+import mmap
 import os
 from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from packer.formats.spans import Spans
 
 SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
+ARENA_BYTES = 256 << 20  # address space for a forked worker's slots (used as written)
 _PAGE = 4096
 
 # the count of references to a storage's memory (torch's own; a torch without it
@@ -71,20 +80,45 @@ class SlotRef(NamedTuple):
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
+    place: tuple[int, int] | None = None  # (offset, bytes) of a slot in the worker's arena
+
+
+class Arena(NamedTuple):
+    """Memory for a worker's slots, mapped before it forks."""
+
+    owner: int
+    memory: mmap.mmap
+
+
+def _token() -> int:
+    return int.from_bytes(os.urandom(8), "little")
+
+
+def _view(memory: mmap.mmap, offset: int, nbytes: int) -> torch.UntypedStorage:
+    """A storage of `nbytes` at `offset` of `memory` (which it keeps mapped)."""
+    return torch.frombuffer(memory, dtype=torch.uint8, count=nbytes,
+                            offset=offset).untyped_storage()
 
 
 class WorkerSlots:
     """A worker's slots: `tensor(shape)` gives a uint8 tensor in a free one."""
 
-    def __init__(self):
+    def __init__(self, arena: Arena | None = None):
+        self.arena, self._arena_end = arena, _PAGE  # the first page: the counts
+        self.token = arena.owner if arena else _token()
         # references to each slot the training process has let go of (it alone writes
         # them), and those sent
-        self.returned = torch.zeros(SLOTS, dtype=torch.int64).share_memory_()
+        if arena:
+            self.returned = np.frombuffer(arena.memory, np.int64, count=SLOTS)
+            self._returned_shared = None
+        else:
+            self._returned_shared = torch.zeros(SLOTS, dtype=torch.int64).share_memory_()
+            self.returned = self._returned_shared.numpy()
         self.lent = np.zeros(SLOTS, np.int64)
         self.storages: list[torch.UntypedStorage] = []
+        self.places: dict[int, tuple[int, int]] = {}  # slots in the arena: where
         self.sent: set[int] = set()  # slots whose storage the training process has
-        self.returned_sent = False
-        self.token = int.from_bytes(os.urandom(8), "little")
+        self.returned_sent = arena is not None
         self._by_pointer: dict[int, int] = {}
 
     def tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -104,15 +138,23 @@ class WorkerSlots:
         if _use_count is None:
             return None
         made = len(self.storages)
-        for slot in np.flatnonzero(self.returned.numpy()[:made] == self.lent[:made]).tolist():
+        for slot in np.flatnonzero(self.returned[:made] == self.lent[:made]).tolist():
             storage = self.storages[slot]  # below: none of the worker's tensors refers to it
             if storage.nbytes() >= nbytes and _use_count(storage._cdata) == 1:
                 return slot
-        if len(self.storages) == SLOTS or not _room_for(_slot_size(nbytes)):
+        if made == SLOTS:
             return None
-        self.storages.append(_shared(_slot_size(nbytes)))
-        self._by_pointer[self.storages[-1].data_ptr()] = len(self.storages) - 1
-        return len(self.storages) - 1
+        size = _slot_size(nbytes)
+        if self.arena and self._arena_end + size <= len(self.arena.memory):
+            self.places[made] = (self._arena_end, size)
+            self._arena_end += size
+            self.storages.append(_view(self.arena.memory, *self.places[made]))
+        elif _room_for(size):
+            self.storages.append(_shared(size))
+        else:
+            return None
+        self._by_pointer[self.storages[-1].data_ptr()] = made
+        return made
 
     def holds(self, tensor: torch.Tensor) -> bool:
         return tensor.untyped_storage().data_ptr() in self._by_pointer
@@ -122,25 +164,47 @@ class WorkerSlots:
         slot = self._by_pointer.get(tensor.untyped_storage().data_ptr())
         if slot is None:
             return None
-        storage = None if slot in self.sent else self.storages[slot]
-        returned = None if self.returned_sent else self.returned
+        place = self.places.get(slot)
+        storage = None if slot in self.sent or place else self.storages[slot]
+        returned = None if self.returned_sent else self._returned_shared
         self.sent.add(slot)
         self.returned_sent = True
         self.lent[slot] += 1
         return SlotRef(self.token, os.getpid(), slot, storage, returned, tuple(tensor.shape),
-                       tensor.stride(), tensor.storage_offset())
+                       tensor.stride(), tensor.storage_offset(), place)
 
 
 _WORKER: dict[int, WorkerSlots] = {}
+_ARENAS: dict[int, Arena] = {}  # by worker id: those of the workers about to fork
 
 
 def worker_slots() -> WorkerSlots:
-    """This worker process's slots (a forked child starts with none of its parent's)."""
+    """This worker process's slots (a forked child starts with none of its parent's),
+    in the arena mapped for it if it was forked."""
     pid = os.getpid()
     if pid not in _WORKER:
         _WORKER.clear()
-        _WORKER[pid] = WorkerSlots()
+        info = get_worker_info()
+        _WORKER[pid] = WorkerSlots(_ARENAS.get(info.id) if info is not None else None)
     return _WORKER[pid]
+
+
+def map_arenas(workers: int) -> list[Arena]:
+    """An arena for each of the `workers` about to fork (none where the system will not
+    map one), which the training process knows. `forked()` once they have."""
+    _ARENAS.clear()
+    for worker in range(workers):
+        try:
+            memory = mmap.mmap(-1, ARENA_BYTES, flags=mmap.MAP_SHARED)
+        except OSError:  # no address space or memory to commit: shared files it is
+            break
+        _ARENAS[worker] = Arena(_token(), memory)
+        LANDING.know(_ARENAS[worker])
+    return list(_ARENAS.values())
+
+
+def forked() -> None:
+    _ARENAS.clear()
 
 
 class Landing:
@@ -155,6 +219,19 @@ class Landing:
         self.returned: dict[int, np.ndarray] = {}
         self.pids: dict[int, int] = {}
         self.lent: list[tuple[int, int]] = []
+        self.arenas: dict[int, mmap.mmap] = {}
+
+    def know(self, arena: Arena) -> None:
+        self.arenas[arena.owner] = arena.memory
+        self.returned[arena.owner] = np.frombuffer(arena.memory, np.int64, count=SLOTS)
+
+    def forget_unused(self, arenas: list[Arena]) -> None:
+        """Let go of those of `arenas` whose worker sent nothing (it has exited, or
+        was never forked)."""
+        for arena in arenas:
+            if arena.owner not in self.pids:
+                self.arenas.pop(arena.owner, None)
+                self.returned.pop(arena.owner, None)
 
     def tensor(self, ref: SlotRef) -> torch.Tensor:
         key = self._known(ref)
@@ -177,6 +254,9 @@ class Landing:
 
     def _known(self, ref: SlotRef) -> tuple[int, int]:
         key = (ref.owner, ref.slot)
+        if ref.place is not None and key not in self.storages:
+            self.storages[key] = _view(self.arenas[ref.owner], *ref.place)
+            self.pids[ref.owner] = ref.pid
         if ref.storage is not None:
             self.storages[key] = ref.storage
             self.views.pop(key, None)
@@ -204,6 +284,7 @@ class Landing:
             self.lent = [key for key in self.lent if key[0] not in gone]
             for owner in gone:
                 del self.returned[owner], self.pids[owner]
+                self.arenas.pop(owner, None)
 
 
 def _alive(pid: int) -> bool:
