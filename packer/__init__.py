@@ -8,8 +8,12 @@ The Python API mirrors the CLI:
     for sample in packer.iter_samples("images-wds"): ...
     ds = packer.open_dataset("images-wds", shuffle=True, image_size=64)   # PyTorch
 
-Packing never imports torch: every name is imported when first used.
+Packing never imports torch: every name is imported when first used, but for the
+reading side in a program that has imported torch already, which imports it with
+packer (so that its first epoch does not).
 """
+
+import sys as _sys
 
 __version__ = "0.1.0"
 
@@ -41,3 +45,8 @@ def __getattr__(name: str):
 
 
 __all__ = sorted(_LAZY_NAMES)
+
+# A program that has imported torch reads with it: the reading side is imported now,
+# with packer, rather than in its first epoch.
+if "torch" in _sys.modules:
+    from packer.read import dataloader as _dataloader  # noqa: F401  (and packer.read.loader)

@@ -324,3 +324,21 @@ def test_a_batch_of_samples_with_different_fields_is_explained(tmp_path):
     drop = packer.open_dataset(tmp_path / "wds", image_size=8,
                                transform=lambda s: {k: v for k, v in s.items() if k != "json"})
     assert [b["jpg"].shape[0] for b in packer.DataLoader(drop, batch_size=4)] == [4]
+
+
+@pytest.mark.parametrize("program", ["training", "packing"])
+def test_the_reading_side_is_imported_with_packer_where_torch_already_is(program):
+    """A training program (torch imported first) gets the reading side with `import
+    packer`, not inside its first epoch; packing alone never imports torch."""
+    import subprocess
+    import sys
+
+    imports = {"training": "import torch, packer",
+               "packing": "import packer; packer.PackOptions; packer.pack"}[program]
+    code = (f"import sys; {imports}; "
+            "print('torch' in sys.modules, 'packer.read.loader' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = {"training": ["True", "True"], "packing": ["False", "False"]}[program]
+    assert done.stdout.split() == expected
