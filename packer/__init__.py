@@ -8,9 +8,9 @@ The Python API mirrors the CLI:
     for sample in packer.iter_samples("images-wds"): ...
     ds = packer.open_dataset("images-wds", shuffle=True, image_size=64)   # PyTorch
 
-Packing never imports torch: every name is imported when first used, but for the
-reading side in a program that has imported torch already, which imports it with
-packer (so that its first epoch does not).
+Packing never imports torch: every name is imported when first used. In a program
+that has imported torch already, `import packer` imports the reading side too, so
+that its first epoch does not.
 """
 
 import sys as _sys

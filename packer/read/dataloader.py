@@ -13,7 +13,6 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from packer.read import ring
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
 from packer.read.loader import PackedDataset
-from packer.read.ring import LANDING
 
 _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
                 "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
@@ -123,7 +122,7 @@ class DataLoader(torch.utils.data.DataLoader):
             yield from self._batches(batches_in, dataset, tracking, workers)
         finally:
             if not self.persistent_workers:
-                LANDING.forget_unused(arenas)
+                ring.LANDING.forget_unused(arenas)
 
     def _forks(self) -> bool:
         """Whether the workers are forked (and so share what this process mapped)."""
@@ -136,7 +135,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _batches(self, batches_in, dataset, tracking: bool, workers: int):
         widen_result_pipe(batches_in)
-        LANDING.forget_exited()
+        ring.LANDING.forget_exited()
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
         if tracking:
             dataset._delivered = [0] * workers if self._batches_from_dataset and workers \
