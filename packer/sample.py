@@ -125,7 +125,7 @@ def sample_digest(sample: dict) -> bytes:
 
 _ESCAPED = {"%", ".", "~"}
 _NEEDS_ESCAPE = re.compile("[%.~\udc80-\udcff]")
-_DISAMBIGUATOR = "~"
+DISAMBIGUATOR = "~"
 NO_EXTENSION_FIELD = "_"  # the field of a file that has no extension
 
 
@@ -147,12 +147,12 @@ def encode_key(stem_path: str) -> str:
 
 def disambiguate(key: str, field: str) -> str:
     """The key of one of several files that share a stem but are separate samples."""
-    return f"{key}{_DISAMBIGUATOR}{encode_key(field)}"
+    return f"{key}{DISAMBIGUATOR}{encode_key(field)}"
 
 
 def decode_key(key: str) -> str:
     """The stem path a key was made from (without any `~EXT` disambiguator)."""
-    return unquote(key.split(_DISAMBIGUATOR, 1)[0], errors="surrogateescape")
+    return unquote(key.split(DISAMBIGUATOR, 1)[0], errors="surrogateescape")
 
 
 def split_name(name: str) -> tuple[str, str]:

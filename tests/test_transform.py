@@ -158,7 +158,70 @@ def test_an_image_that_cannot_be_transformed_is_skipped_with_its_reason(tmp_path
     run("pack", root, "-o", tmp_path / "out", "--resize", "8", "--check", "none", "-q")
     skipped = load_manifest(tmp_path / "out")["skipped"]
     assert [e["path"] for e in skipped] == ["a/bad.jpg"]
-    assert "cannot decode the image to transform it" in skipped[0]["reason"]
+    assert "cannot transform the image" in skipped[0]["reason"]
+
+
+def test_an_image_too_big_to_transform_is_skipped_with_its_reason(tmp_path):
+    root = _folder(tmp_path)
+    Image.new("1", (14000, 14000)).save(root / "a" / "bomb.png")  # 196 MP, 24 KB
+    Image.new("RGB", (3000, 2)).save(root / "a" / "thin.png")  # 2000 high: 3,000,000 wide
+    run("pack", root, "-o", tmp_path / "out", "--resize", "2000", "-q")
+    skipped = {e["path"]: e["reason"] for e in load_manifest(tmp_path / "out")["skipped"]}
+    assert "decompression bomb" in skipped["a/bomb.png"]
+    assert "would make it 3000000x2000" in skipped["a/thin.png"]
+    assert len(_images(tmp_path / "out")) == 6
+
+
+def _shared_stem(tmp_path, *names):
+    root = tmp_path / "pairs"
+    (root / "a").mkdir(parents=True)
+    for i, name in enumerate(names):
+        image = Image.new("RGB", (60, 40), (9 + 40 * i, 99, 200))
+        image.save(root / "a" / name, "TIFF" if name.endswith(".tif") else None)
+    (root / "a" / "x.json").write_text("{}")
+    Image.new("RGB", (50, 50)).save(root / "a" / "y.png")
+    return root
+
+
+def test_two_images_of_a_sample_stored_alike_are_skipped_together(tmp_path):
+    root = _shared_stem(tmp_path, "x.png", "x.tif")
+    for encode, advice in [("keep", "without --resize and --encode"), ("jpeg", "without")]:
+        out = tmp_path / encode
+        run("pack", root, "--group-by-stem", "--resize", "32", "--encode", encode, "-o", out,
+            "-q")
+        skipped = {e["path"]: e["reason"] for e in load_manifest(out)["skipped"]}
+        assert set(skipped) == {"a/x.png", "a/x.tif", "a/x.json"}
+        assert "would both be stored as" in skipped["a/x.tif"] and advice in skipped["a/x.tif"]
+        run("verify", out, "--against", root)
+    jpeg_png = _shared_stem(tmp_path / "j", "x.jpg", "x.png")
+    run("pack", jpeg_png, "--group-by-stem", "--encode", "png", "-o", tmp_path / "png", "-q")
+    reason = load_manifest(tmp_path / "png")["skipped"][-1]["reason"]
+    assert "pack with --encode keep" in reason
+
+
+def test_verify_against_finds_the_source_of_each_stored_image(tmp_path):
+    root = _shared_stem(tmp_path, "x.jpg", "x.tif")  # stored as x.jpg and x.png
+    run("pack", root, "--group-by-stem", "--resize", "32", "-o", tmp_path / "out", "-q")
+    assert set(_images(tmp_path / "out")["a/x"]) >= {"jpg", "png", "json"}
+    assert "OK" in run("verify", tmp_path / "out", "--against", root).output
+
+
+def test_unpack_keeps_files_of_a_shared_stem_apart(tmp_path):
+    root = _shared_stem(tmp_path, "x.png", "x.tif")  # packed apart: a/x~png, a/x~tif
+    for encode, names in [("keep", {"x.png", "x.tif.png"}),
+                          ("raw", {"x.png.rgb.npy", "x.tif.rgb.npy"})]:
+        run("pack", root, "--resize", "32", "--encode", encode, "-o", tmp_path / encode, "-q")
+        run("unpack", tmp_path / encode, "-o", tmp_path / f"{encode}-back", "-q")
+        written = {p.name for p in (tmp_path / f"{encode}-back" / "a").iterdir()}
+        assert written >= names | {"x.json"}, written
+
+
+def test_a_bad_image_stops_a_fail_pack_with_a_readable_reason(tmp_path):
+    root = _folder(tmp_path)
+    (root / "a" / "bad.png").write_bytes(b"not a png at all" * 20)
+    output = run("pack", root, "-o", tmp_path / "out", "--resize", "8", "--check", "none",
+                 "--on-error", "fail", expect=1).output
+    assert "a/bad.png: cannot transform the image" in output and "object at 0x" not in output
 
 
 def test_bad_transform_options_are_refused(tmp_path):
@@ -166,7 +229,13 @@ def test_bad_transform_options_are_refused(tmp_path):
     for args, message in [(("--resize", "0x4"), "--resize 0x4"),
                           (("--encode", "gif"), "--encode gif"),
                           (("--encode", "png:80"), "--encode png:80"),
-                          (("--resize-mode", "pad"), "only with --resize")]:
+                          (("--encode", "jpeg:\u00b2"), "--encode jpeg:\u00b2"),
+                          (("--encode", "jpeg:"), "--encode jpeg:"),
+                          (("--resize-mode", "pad"), "only with --resize"),
+                          (("--resize", "max:40", "--resize-mode", "pad"),
+                           "applies only to an exact --resize WxH"),
+                          (("--resize", "32", "--resize-mode", "crop"),
+                           "applies only to an exact --resize WxH")]:
         assert message in run("pack", root, "-o", tmp_path / "x", *args, expect=2).output
     (tmp_path / "t.csv").write_text("a,y\n1,0\n2,1\n")
     refused = run("pack", tmp_path / "t.csv", "-o", tmp_path / "t", "--label-column", "y",

@@ -160,6 +160,7 @@ def check_pack_options(source: Path, options: dict, given: set[str]) -> str | No
     """Refuse `given` options (those set on the command line) that this source would
     ignore; return the warning about those only the --to format ignores, if any."""
     _check_engine(options, given)
+    _check_resize_mode(options, given)
     found = claim(source, options.get("spec"))
     if found is None:  # packing says why
         return None
@@ -172,6 +173,15 @@ def check_pack_options(source: Path, options: dict, given: set[str]) -> str | No
     if by_format:
         return f"Warning: --to {options['to']} ignores {_grouped(by_format)}."
     return None
+
+
+def _check_resize_mode(options: dict, given: set[str]) -> None:
+    """--resize-mode says how an image is made an exact WxH; other rules keep its aspect."""
+    resize = options.get("resize")
+    if "resize_mode" in given and resize and Transform(resize).exact_size() is None:
+        raise UsageProblem(f"--resize-mode {options['resize_mode']} applies only to an exact "
+                           f"--resize WxH (e.g. 64x64); --resize {resize} keeps each image's "
+                           "aspect ratio. Leave out --resize-mode, or give WxH.")
 
 
 def _check_engine(options: dict, given: set[str]) -> None:

@@ -127,7 +127,8 @@ def _save_progress(writer, tally: Tally, setup: dict) -> None:
 
 
 def _fail_on(entry: dict, root) -> None:
-    raise BadInputError(f"{str(root).rstrip('/')}/{entry['path']}: {entry['reason']} "
+    raise BadInputError(f"{str(root).rstrip('/')}/{entry['path']}: "
+                        f"{without_addresses(entry['reason'])} "
                         "(--on-error fail stops at the first bad input; the default, "
                         "--on-error skip, lists it in the manifest and goes on)")
 

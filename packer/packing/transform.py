@@ -32,7 +32,9 @@ WEBP_QUALITY = 90
 _KEPT = {"jpg": ("JPEG", "jpg"), "jpeg": ("JPEG", "jpeg"), "png": ("PNG", "png"),
          "webp": ("WEBP", "webp")}
 _ENCODED = {"jpeg": ("JPEG", "jpg"), "png": ("PNG", "png"), "webp": ("WEBP", "webp")}
-_SIZE = re.compile(r"^(?:(max:)?(\d+)|(\d+)x(\d+))$")
+_LABEL = "cls"  # the field a sample's class is in: no file of its own
+_SIZE = re.compile(r"^(?:(max:)?(\d+)|(\d+)x(\d+))$", re.ASCII)
+_QUALITY = re.compile(r"\d{1,3}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,9 @@ class Transform:
         if self.resize_mode not in RESIZE_MODES:
             raise UsageProblem(f"--resize-mode {self.resize_mode}: use one of "
                                f"{', '.join(RESIZE_MODES)}")
-        name, _, quality = self.encode.partition(":")
-        if name not in ENCODINGS or (quality and (name != "jpeg" or not quality.isdigit()
-                                                  or not 1 <= int(quality) <= 100)):
+        name, colon, quality = self.encode.partition(":")
+        if name not in ENCODINGS or (colon and (name != "jpeg" or not _QUALITY.fullmatch(quality)
+                                                or not 1 <= int(quality) <= 100)):
             raise UsageProblem(f"--encode {self.encode}: use keep, jpeg, jpeg:QUALITY (1 to "
                                "100), png, webp or raw")
 
@@ -90,6 +92,10 @@ class Transform:
                 out[self._target(name)[1]] = spec
         return dict(sorted(out.items()))
 
+    def stored_field(self, field: str) -> str:
+        """The field an image of source field `field` is stored as."""
+        return RAW_IMAGE_FIELD if self.encode == "raw" else self._target(field)[1]
+
     def _target(self, field: str) -> tuple[str, str]:
         """(PIL format, stored field) of an image field."""
         if self.encode == "keep":
@@ -103,30 +109,41 @@ class Transform:
                 for sample, skipped in outcomes]
 
     def _sample(self, sample: dict) -> tuple[dict | None, list]:
-        out = {}
+        out, made_from = {}, {}
         for name, value in sample.items():
             if name == KEY or _kind(name) not in IMAGE_FIELDS:
                 out[name] = value
                 continue
-            try:
-                field, stored = self.image(value, name)
-            except (OSError, ValueError, SyntaxError) as err:  # what PIL raises on bad data
-                return None, [{"path": restored_path(sample[KEY], name), "reason":
-                               f"cannot decode the image to transform it: {err}"}]
+            field = self.stored_field(name)
             if field in out:
-                return None, [{"path": restored_path(sample[KEY], name), "reason":
-                               f"two images of this sample would both be stored as {field}; "
-                               "pack with --encode keep"}]
-            out[field] = stored
+                earlier = made_from.get(field, field)
+                return _dropped(sample, name, f"this image and {_path(sample, earlier)}, of "
+                                f"one sample, would both be stored as {field}: "
+                                f"{self._advice(earlier, name)}")
+            try:
+                field, out[field] = self.image(value, name)
+            except (OSError, ValueError, SyntaxError) as err:  # what PIL raises on bad data
+                return _dropped(sample, name, f"cannot transform the image: {err}")
+            made_from[field] = name
         return out, []
+
+    def _advice(self, first: str, second: str) -> str:
+        kept = Transform(self.resize, self.resize_mode).stored_field
+        if self.encode != "keep" and kept(first) != kept(second):
+            return "pack with --encode keep, or without --group-by-stem"
+        return "pack without --group-by-stem, or without --resize and --encode"
 
     def image(self, data: bytes, field: str):
         """(stored field, value) of one image: encoded bytes, or a uint8 array for raw."""
         import numpy as np
+        from PIL.Image import DecompressionBombError
 
         from packer.read.pillow import decode_image
 
-        image = self._resized(decode_image(data, None, _kind(field)))
+        try:
+            image = self._resized(decode_image(data, None, _kind(field)))
+        except DecompressionBombError as err:  # not an OSError, as bad data is
+            raise ValueError(err) from None
         if self.encode == "raw":
             return RAW_IMAGE_FIELD, np.ascontiguousarray(np.asarray(image, dtype=np.uint8))
         pil_format, stored_field = self._target(field)
@@ -153,7 +170,33 @@ class Transform:
         else:
             scale = side / min(width, height)
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
-        return image if size == image.size else image.resize(size, Image.BILINEAR)
+        return image if size == image.size else image.resize(_safe(size, self.resize),
+                                                             Image.BILINEAR)
+
+
+def _safe(size: tuple[int, int], rule: str) -> tuple[int, int]:
+    """`size`, where an image of that size stays within Pillow's guard against
+    decompression bombs (a 3000x2 image made 2000 on its shorter side would take 6 GB)."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS and size[0] * size[1] > Image.MAX_IMAGE_PIXELS:
+        raise ValueError(f"--resize {rule} would make it {size[0]}x{size[1]}, "
+                         f"{size[0] * size[1]:,} pixels, more than Pillow's limit of "
+                         f"{Image.MAX_IMAGE_PIXELS:,} (its MAX_IMAGE_PIXELS)")
+    return size
+
+
+def _dropped(sample: dict, name: str, reason: str) -> tuple[None, list]:
+    """The skip entries of a sample left out for its image `name`: that image with the
+    reason, and each other file of the sample."""
+    path = _path(sample, name)
+    others = [{"path": _path(sample, other), "reason": f"belongs to the sample of {path}, "
+               "which was skipped"} for other in sample if other not in (KEY, _LABEL, name)]
+    return None, [{"path": path, "reason": reason}, *others]
+
+
+def _path(sample: dict, field: str) -> str:
+    return restored_path(sample[KEY], field)
 
 
 def _fit(image, width: int, height: int, mode: str):
@@ -167,7 +210,8 @@ def _fit(image, width: int, height: int, mode: str):
     scales = (width / image.width, height / image.height)
     scale = max(scales) if mode == "crop" else min(scales)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    scaled = image.resize(size, Image.BILINEAR) if size != image.size else image
+    scaled = image.resize(_safe(size, f"{width}x{height}"), Image.BILINEAR) \
+        if size != image.size else image
     if mode == "crop":
         left, top = (size[0] - width) // 2, (size[1] - height) // 2
         return scaled.crop((left, top, left + width, top + height))

@@ -1,7 +1,8 @@
 """Unpacking: a packed dataset back to a folder in the layout it came from. Images
 re-encoded when packed (--resize, --encode) are written as stored, with the extension
 of their stored field (`a.png` packed with --encode jpeg comes back as `a.jpg`, raw
-pixels as `a.rgb.npy`), and the result says so. Plain WebDataset shards (local or
+pixels as `a.rgb.npy`; of `a.png` and `a.tif`, packed apart, `a.tif` comes back as
+`a.tif.png` beside `a.png`), and the result says so. Plain WebDataset shards (local or
 s3://) come back as their members, each a file named as in the tar."""
 
 import csv
@@ -15,7 +16,7 @@ from packer.errors import DatasetError, UsageProblem
 from packer.manifest import partial_path
 from packer.packing.transform import reencoded_text
 from packer.read.dataset import iter_samples, label_field, open_packed, open_parts, plain_shards
-from packer.sample import KEY, field_bytes, restored_path
+from packer.sample import DISAMBIGUATOR, KEY, field_bytes, restored_path
 from packer.storage.url import is_s3
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
@@ -96,15 +97,26 @@ def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> li
     label = label_field(manifest)
     classes = manifest.get("classes") or []
     with_labels = manifest["source"]["labels"] != "folders"
+    reencoded = "transform" in manifest
     label_rows = []
     for sample in tqdm(samples, total=manifest["count"], unit="sample", disable=not progress,
                        desc="unpacking"):
-        paths = [files.write(restored_path(sample[KEY], field), sample[KEY],
+        paths = [files.write(_member_path(sample[KEY], field, reencoded), sample[KEY],
                              value if type(value) is bytes else field_bytes(value))
                  for field, value in sample.items() if field not in (KEY, label)]
         if with_labels and label in sample and paths:
             label_rows.append((paths[0], classes[sample[label]] if classes else sample[label]))
     return label_rows
+
+
+def _member_path(key: str, field: str, reencoded: bool) -> str:
+    """Where a sample's field is written back. One of several files of a stem packed as
+    samples of their own (key `a/x~tif`), re-encoded into another field, keeps its
+    source's name before the new extension (`a/x.tif.png`), apart from `a/x.png`."""
+    source_field = key.partition(DISAMBIGUATOR)[2]
+    if reencoded and source_field and field != source_field:
+        return f"{restored_path(key, source_field)}.{field}"
+    return restored_path(key, field)
 
 
 def _write_shards(source, files: _Files, progress: bool) -> None:

@@ -11,7 +11,15 @@ from tqdm import tqdm
 from packer.errors import UsageProblem
 from packer.packing.transform import reencoded_text, transform_of
 from packer.read.dataset import parts_on_disk
-from packer.sample import IMAGE_FIELDS, KEY, RAW_IMAGE_FIELD, decode_key, field_bytes, restored_path
+from packer.sample import (
+    DISAMBIGUATOR,
+    IMAGE_FIELDS,
+    KEY,
+    RAW_IMAGE_FIELD,
+    decode_key,
+    field_bytes,
+    restored_path,
+)
 from packer.sources import recorded_kind, source_kinds
 
 MAX_PROBLEMS = 100
@@ -71,16 +79,16 @@ class Reencoded:
 
     def _source_file(self, key: str, field: str) -> str | None:
         """The relative path of the image file a stored image field was made from."""
-        if "~" in key:  # one of several files of a stem: the key names its extension
-            return restored_path(key, key.split("~", 1)[1])
+        if DISAMBIGUATOR in key:  # one of several files of a stem: the key names its extension
+            return restored_path(key, key.partition(DISAMBIGUATOR)[2])
         stem = PurePosixPath(decode_key(key))
         folder = self.folder / stem.parent
         if folder not in self._listings:
             self._listings[folder] = sorted(os.listdir(folder)) if folder.is_dir() else []
         names = [n for n in self._listings[folder] if n.rpartition(".")[0] == stem.name
                  and n.rpartition(".")[2].lower() in IMAGE_FIELDS]
-        kept = [n for n in names if n.rpartition(".")[2] == field]
-        found = (kept or names or [None])[0]
+        made = [n for n in names if self.transform.stored_field(n.rpartition(".")[2]) == field]
+        found = (made or [None])[0]
         return found and (stem.parent / found).as_posix()
 
     def unaccounted(self, manifest: dict) -> list[str]:
