@@ -210,6 +210,18 @@ def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
                                                       f"offset {heap:,} is damaged")
 
 
+def test_damaged_hdf5_data_read_by_the_loader_is_named(packed, tmp_path):
+    dataset = copy_of(packed, "hdf5", tmp_path)
+    data = bytearray(dataset.read_bytes())
+    heap = data.index(b"GCOL")  # the image bytes' heap: its first object claims 1 TB
+    data[heap + 24:heap + 32] = (1 << 40).to_bytes(8, "little")
+    dataset.write_bytes(data)
+    ds = packer.open_dataset(dataset, image_size=16, on_error="skip")
+    with pytest.raises(DatasetError, match=f"{dataset}: damaged where samples"):
+        for _ in packer.DataLoader(ds, batch_size=16):
+            pass
+
+
 @pytest.mark.parametrize("damage", ["value", "unused byte", "page"])
 def test_damaged_lmdb_values_and_pages_are_named(packed, damage, tmp_path):
     from packer.formats.lmdb import encode

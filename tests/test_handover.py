@@ -286,3 +286,42 @@ def test_forked_workers_batches_cross_without_file_descriptors(raw, monkeypatch,
         assert sorted(k for batch in images for k in batch["__key__"]) == expected
     assert received == [] and len(ring.LANDING.arenas) <= 4
     assert images[0]["rgb.npy"].shape == (4, 3, 8, 8)
+
+
+def test_a_program_ends_with_a_loader_iterator_still_holding_its_workers(raw):
+    """Step-based training keeps `iter(loader)` to the end; at exit, the workers are
+    let go of without a thread (none starts once the interpreter is ending)."""
+    program = ("import packer\n"
+               f"ds = packer.open_dataset({str(raw)!r})\n"
+               "it = iter(packer.DataLoader(ds, batch_size=8, num_workers=2))\n"
+               "next(it)\nprint('read')\n")
+    ended = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                           timeout=120)
+    assert ended.returncode == 0 and ended.stdout == "read\n", ended.stderr
+
+
+def test_a_state_taken_before_an_epochs_first_batch_resumes_with_any_workers(raw):
+    ds = packer.open_dataset(raw, shuffle=True, seed=2)
+    for _ in packer.DataLoader(ds, batch_size=8, num_workers=2):
+        pass
+    ds.set_epoch(1)
+    state = ds.state_dict()  # a checkpoint at the top of the epoch
+    again = packer.open_dataset(raw, shuffle=True, seed=2)
+    again.load_state_dict(state)
+    keys = [k for batch in packer.DataLoader(again, batch_size=8, num_workers=2)
+            for k in batch["__key__"]]
+    assert sorted(keys) == sorted(s["__key__"] for s in packer.iter_samples(raw))
+
+
+def test_len_counts_the_batches_left_after_a_loaded_state(raw):
+    ds = packer.open_dataset(raw)
+    first = iter(packer.DataLoader(ds, batch_size=4, num_workers=2))
+    for _ in range(5):
+        next(first)
+    state = ds.state_dict()
+    del first
+    again = packer.open_dataset(raw)
+    again.load_state_dict(state)
+    loader = packer.DataLoader(again, batch_size=4, num_workers=2)
+    assert len(loader) == sum(1 for _ in loader) == len(packer.DataLoader(ds, batch_size=4,
+                                                                          num_workers=2)) - 5

@@ -3,6 +3,7 @@ in its workers, knows how many were consumed (for an exact resume), and counts t
 
 import gc
 import multiprocessing
+import sys
 import threading
 
 import numpy.random  # noqa: F401  torch seeds it in every worker: imported once, before they fork
@@ -40,6 +41,9 @@ class _EndsAtOnce(_MultiProcessingDataLoaderIter):
         if self._worker_pids_set:
             signal_handling._remove_worker_pids(id(self))
             self._worker_pids_set = False
+        if sys.is_finalizing():  # an iterator left at exit: a new thread would never start
+            super()._shutdown_workers()
+            return
         try:
             threading.Thread(target=super()._shutdown_workers,
                              name="packer-workers-exit").start()
@@ -88,10 +92,9 @@ class DataLoader(torch.utils.data.DataLoader):
     def __len__(self) -> int:
         if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
             return super().__len__()
-        sizes = self.dataset.worker_sizes(max(self.num_workers, 1))
-        if self.drop_last:
-            return sum(size // self.batch_size for size in sizes)
-        return sum(-(-size // self.batch_size) for size in sizes)
+        # what is left of the epoch after a loaded state_dict, worker by worker
+        return sum(self.dataset.worker_batches(max(self.num_workers, 1), self.batch_size,
+                                               self.drop_last))
 
     def __iter__(self):
         dataset = self.dataset

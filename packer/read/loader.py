@@ -323,8 +323,8 @@ class PackedDataset(IterableDataset):
 
     def _skip(self, worker: int, num_workers: int) -> int:
         state = self._resume
-        if not state or state["epoch"] != self.epoch:
-            return 0
+        if not state or state["epoch"] != self.epoch or not any(state["consumed"]):
+            return 0  # (a state taken before an epoch's first batch: any worker count)
         if state["num_workers"] != max(num_workers, 1):
             raise ValueError(f"the saved state is for num_workers="
                              f"{_workers_text(state['num_workers'])}, this loader has "

@@ -66,6 +66,15 @@ class Reader(ProcessReader):
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
+        try:
+            return self._read(first, count)
+        except OSError as err:  # what h5py raises on damaged bytes
+            raise DatasetError(f"{self.path}: damaged where samples {first:,} to "
+                               f"{first + count - 1:,} are ({err}); `packer verify "
+                               f"{self.path}` says where; restore it from a copy or pack "
+                               "the source again") from None
+
+    def _read(self, first: int, count: int) -> list[dict]:
         if self.records:
             return self._read_records(first, count)
         if self.names[KEY] is None:  # samples keyed by their index
