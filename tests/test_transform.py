@@ -7,7 +7,6 @@ import tarfile
 import h5py
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 import packer
@@ -255,5 +254,9 @@ def test_raw_datasets_read_as_the_stored_pixels(tmp_path, fmt):
     for sample in ds:
         assert sample["rgb.npy"].shape == (3, 12, 16)
         assert np.array_equal(sample["rgb.npy"].permute(1, 2, 0).numpy(), stored[sample["__key__"]])
-    as_stored = next(iter(packer.open_dataset(out, decode="raw")))["rgb.npy"]
-    assert isinstance(as_stored, bytes | np.ndarray) and not isinstance(as_stored, torch.Tensor)
+    as_stored = next(iter(packer.open_dataset(out, decode="raw")))
+    assert np.array_equal(np.load(io.BytesIO(as_stored["rgb.npy"])), stored[as_stored["__key__"]])
+    batch = next(iter(packer.DataLoader(packer.open_dataset(out, decode="raw"), batch_size=4,
+                                        num_workers=2)))
+    assert all(type(value) is bytes for value in batch["rgb.npy"])  # .npy files in every format
+    assert [np.load(io.BytesIO(v)).shape for v in batch["rgb.npy"]] == [(12, 16, 3)] * 3

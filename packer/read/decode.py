@@ -6,7 +6,8 @@ TIFF, TGA, ICO, PSD, JPEG 2000, PCX, PPM, ...; and the uint8 pixels `packer pack
 orientation applied; grayscale, palette, CMYK, RGBA and 16-bit images brought to
 8-bit RGB (16-bit scaled down by 256, not clipped); resized to `image_size` when
 given, so images of different sizes stack into one batch. `decode="pil"` gives
-the same as a PIL image, `decode="raw"` leaves the bytes. `npy` becomes a tensor,
+the same as a PIL image, `decode="raw"` leaves the bytes (stored pixels: their .npy
+file, as packed, in every format). `npy` becomes a tensor,
 `cls` an int, `json` a parsed object, `txt` a str; other fields stay bytes unless
 a decoder for them is passed.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from packer.sample import KEY, PIL_FORMATS, RAW_IMAGE_FIELD
+from packer.sample import KEY, PIL_FORMATS, RAW_IMAGE_FIELD, field_bytes
 
 DECODE_MODES = ("rgb8", "pil", "raw")
 IMAGE_FIELDS = frozenset(PIL_FORMATS)  # every raster format Pillow opens
@@ -111,8 +112,10 @@ class Decoder:
             return self.decoders[name](value)
         if isinstance(value, int):
             return value
-        if name == RAW_IMAGE_FIELD:  # an image: left as stored by decode="raw"
-            return value if self.mode == "raw" else self.pixels(value)
+        if name == RAW_IMAGE_FIELD and self.mode == "raw":  # its .npy file, as packed
+            return field_bytes(value) if isinstance(value, np.ndarray) else value  # (HDF5)
+        if name == RAW_IMAGE_FIELD:
+            return self.pixels(value)
         if isinstance(value, np.ndarray):
             return torch.from_numpy(value)
         kind = field_kind(name)
