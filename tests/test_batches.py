@@ -1,6 +1,7 @@
 """Batches made in the workers (or threads) equal batches of per-sample reads."""
 
 import io
+import threading
 import warnings
 
 import numpy as np
@@ -119,6 +120,25 @@ def test_threads_decode_the_same_samples_in_the_same_order(packed, fmt):
             assert torch.equal(ours[threaded.image_field], theirs[plain.image_field])
         assert_same(list(packer.DataLoader(threaded, batch_size=6)),
                     list(packer.DataLoader(plain, batch_size=6)), plain.image_field)
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_stored_pixels_resized_in_batches_use_the_threads(packed, fmt, monkeypatch):
+    from packer.read import decode
+
+    resized_in, resize = set(), decode.resized_tensor
+
+    def watched(*args, **kwargs):
+        resized_in.add(threading.current_thread().name.partition("_")[0])
+        return resize(*args, **kwargs)
+
+    monkeypatch.setattr(decode, "resized_tensor", watched)
+    threaded = packer.open_dataset(packed[fmt, "raw"], shuffle=True, seed=5, image_size=8,
+                                   threads=2)
+    plain = packer.open_dataset(packed[fmt, "raw"], shuffle=True, seed=5, image_size=8)
+    assert_same(list(packer.DataLoader(threaded, batch_size=6)),
+                list(packer.DataLoader(plain, batch_size=6)), plain.image_field)
+    assert "packer-decode" in resized_in
 
 
 def test_a_corrupt_sample_in_threads_is_replaced_and_counted(tmp_path):

@@ -141,9 +141,8 @@ class PackedDataset(IterableDataset):
         if planned:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
-            collate = partial(lean.pieces_batch, lean=planned, decoded=decoded)
-            return handed_over(self._planned_batches(worker, workers, planned.in_place,
-                                                     batching, collate, info is None),
+            return handed_over(self._planned_batches(worker, workers, planned, batching,
+                                                     decoded, info is None),
                                worker if info else None, GROUP)
         samples = self.iter_worker(worker, workers, arrays, holes)
         if info is None:
@@ -152,14 +151,18 @@ class PackedDataset(IterableDataset):
             return samples
         return handed_over(batches(samples, *batching, collate), worker if info else None, 1)
 
-    def _planned_batches(self, worker: int, workers: int, in_place: str | None,
-                         batching: tuple[int, bool], collate, counted: bool):
-        """The worker's batches, with the positions each covers, each made by `collate`
-        from the pieces of the windows it takes its samples from (lean.window_batches).
-        The reader closes after the last batch is made: a field `in_place` may lie in its
-        memory map until then; other windows a worker reads into its slots."""
-        runs = self._runs(worker, workers)
+    def _planned_batches(self, worker: int, workers: int, planned: lean.Plan,
+                         batching: tuple[int, bool], decoded, counted: bool):
+        """The worker's batches, with the positions each covers, each made as `planned`
+        from the pieces of the windows it takes its samples from (lean.window_batches),
+        or by `decoded(samples, pool=)` where the plan does not fit them (decoded in
+        `threads` threads if asked). The reader closes after the last batch is made: the
+        plan's field `in_place` may lie in its memory map until then; other windows a
+        worker reads into its slots."""
+        runs, in_place = self._runs(worker, workers), planned.in_place
         reader = self.source.reader(runs)
+        pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
+        collate = partial(lean.pieces_batch, lean=planned, decoded=partial(decoded, pool=pool))
         self._emitted = 0
         try:
             windows = plan.read_windows(reader, runs, self.window, self._order(worker),
@@ -170,6 +173,8 @@ class PackedDataset(IterableDataset):
                 yield made, size
         finally:
             reader.close()
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
 
     def _lean_plan(self, arrays: bool) -> lean.Plan | None:
         """How batches are made from the samples as read, where decoding would change
@@ -179,10 +184,12 @@ class PackedDataset(IterableDataset):
             return None
         return lean.plan(*self.source.field_counts(), decoder.mode, decoder.size, arrays)
 
-    def _decoded_batch(self, samples: list[dict], decoder: Decoder, collate):
-        """A batch the lean plan does not fit, decoded sample by sample (on_error as
-        usual; with "warn", failures are replaced within the batch)."""
-        decoded = [self._decode(sample, decoder) for sample in samples]
+    def _decoded_batch(self, samples: list[dict], decoder: Decoder, collate, pool=None):
+        """A batch the lean plan does not fit, decoded sample by sample, by `pool`'s
+        threads if given (on_error as usual; with "warn", failures are replaced within
+        the batch)."""
+        decoded = ([self._decode(sample, decoder) for sample in samples] if pool is None else
+                   list(self._decode_in_threads(samples, range(len(samples)), decoder, pool)))
         good = [sample for sample in decoded if sample is not None]
         if self.on_error == "warn" and len(good) < len(decoded):
             stand_in = good[0] if good else self._stand_in(decoder)
