@@ -308,9 +308,17 @@ def test_a_state_taken_before_an_epochs_first_batch_resumes_with_any_workers(raw
     state = ds.state_dict()  # a checkpoint at the top of the epoch
     again = packer.open_dataset(raw, shuffle=True, seed=2)
     again.load_state_dict(state)
-    keys = [k for batch in packer.DataLoader(again, batch_size=8, num_workers=2)
-            for k in batch["__key__"]]
+    keys = []
+    for number, batch in enumerate(packer.DataLoader(again, batch_size=8, num_workers=2)):
+        keys += batch["__key__"]
+        if number == 2:
+            checkpoint = again.state_dict()  # the resumed run's own next checkpoint
     assert sorted(keys) == sorted(s["__key__"] for s in packer.iter_samples(raw))
+    last = packer.open_dataset(raw, shuffle=True, seed=2)
+    last.load_state_dict(checkpoint)
+    rest = [k for batch in packer.DataLoader(last, batch_size=8, num_workers=2)
+            for k in batch["__key__"]]
+    assert sorted(keys[:24] + rest) == sorted(keys)
 
 
 def test_len_counts_the_batches_left_after_a_loaded_state(raw):

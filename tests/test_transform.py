@@ -192,6 +192,11 @@ def test_two_images_of_a_sample_stored_alike_are_skipped_together(tmp_path):
         assert set(skipped) == {"a/x.png", "a/x.tif", "a/x.json"}
         assert "would both be stored as" in skipped["a/x.tif"] and advice in skipped["a/x.tif"]
         run("verify", out, "--against", root)
+    (root / "a" / "x.cls").write_text("7")  # a file, where no class comes from folders
+    run("pack", root, "--group-by-stem", "--unlabelled", "--encode", "png", "-o",
+        tmp_path / "unlabelled", "-q")
+    assert {e["path"] for e in load_manifest(tmp_path / "unlabelled")["skipped"]} == {
+        "a/x.png", "a/x.tif", "a/x.json", "a/x.cls"}
     jpeg_png = _shared_stem(tmp_path / "j", "x.jpg", "x.png")
     run("pack", jpeg_png, "--group-by-stem", "--encode", "png", "-o", tmp_path / "png", "-q")
     reason = load_manifest(tmp_path / "png")["skipped"][-1]["reason"]
@@ -234,7 +239,9 @@ def test_bad_transform_options_are_refused(tmp_path):
                           (("--resize", "max:40", "--resize-mode", "pad"),
                            "applies only to an exact --resize WxH"),
                           (("--resize", "32", "--resize-mode", "crop"),
-                           "applies only to an exact --resize WxH")]:
+                           "applies only to an exact --resize WxH"),
+                          (("--resize", "10000x10000", "--resize-mode", "stretch"),
+                           "more than Pillow's limit")]:
         assert message in run("pack", root, "-o", tmp_path / "x", *args, expect=2).output
     (tmp_path / "t.csv").write_text("a,y\n1,0\n2,1\n")
     refused = run("pack", tmp_path / "t.csv", "-o", tmp_path / "t", "--label-column", "y",

@@ -32,7 +32,7 @@ WEBP_QUALITY = 90
 _KEPT = {"jpg": ("JPEG", "jpg"), "jpeg": ("JPEG", "jpeg"), "png": ("PNG", "png"),
          "webp": ("WEBP", "webp")}
 _ENCODED = {"jpeg": ("JPEG", "jpg"), "png": ("PNG", "png"), "webp": ("WEBP", "webp")}
-_LABEL = "cls"  # the field a sample's class is in: no file of its own
+_LABEL = "cls"  # the field a sample's class id is in (an int, no file of its own)
 _SIZE = re.compile(r"^(?:(max:)?(\d+)|(\d+)x(\d+))$", re.ASCII)
 _QUALITY = re.compile(r"\d{1,3}", re.ASCII)
 
@@ -52,6 +52,7 @@ class Transform:
                 raise UsageProblem(f"--resize {self.resize}: give N (the shorter side), "
                                    "WxH (exact, e.g. 64x64) or max:N (the longer side at "
                                    "most N), with sizes of at least 1")
+            self._check_exact_size()
         if self.resize_mode not in RESIZE_MODES:
             raise UsageProblem(f"--resize-mode {self.resize_mode}: use one of "
                                f"{', '.join(RESIZE_MODES)}")
@@ -64,6 +65,16 @@ class Transform:
     @property
     def active(self) -> bool:
         return self.resize is not None or self.encode != "keep"
+
+    def _check_exact_size(self) -> None:
+        """An exact WxH beyond Pillow's guard would skip every image: refused at once."""
+        from PIL import Image
+
+        size = self.exact_size()
+        if size and Image.MAX_IMAGE_PIXELS and size[0] * size[1] > Image.MAX_IMAGE_PIXELS:
+            raise UsageProblem(f"--resize {self.resize}: {size[0] * size[1]:,} pixels an "
+                               f"image, more than Pillow's limit of "
+                               f"{Image.MAX_IMAGE_PIXELS:,} (its MAX_IMAGE_PIXELS)")
 
     def exact_size(self) -> tuple[int, int] | None:
         """(width, height) every image gets, when the rule fixes it."""
@@ -191,7 +202,8 @@ def _dropped(sample: dict, name: str, reason: str) -> tuple[None, list]:
     reason, and each other file of the sample."""
     path = _path(sample, name)
     others = [{"path": _path(sample, other), "reason": f"belongs to the sample of {path}, "
-               "which was skipped"} for other in sample if other not in (KEY, _LABEL, name)]
+               "which was skipped"} for other in sample if other not in (KEY, name)
+              and not (other == _LABEL and type(sample[other]) is int)]
     return None, [{"path": path, "reason": reason}, *others]
 
 

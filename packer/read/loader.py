@@ -343,7 +343,8 @@ class PackedDataset(IterableDataset):
         """Where this rank is in the epoch: load it into a new dataset to continue
         with exactly the samples not yet seen. Progress is known when the dataset is
         read through `packer.DataLoader`, or in the main process (num_workers=0)."""
-        resumed = self._resume if self._resume and self._resume["epoch"] == self.epoch else None
+        resumed = self._resume if self._resume and self._resume["epoch"] == self.epoch \
+            and any(self._resume["consumed"]) else None  # (nothing consumed: any workers)
         if self._delivered is not None:  # counted by packer.DataLoader, worker by worker
             workers, now = len(self._delivered), self._delivered
             before = resumed["consumed"] if resumed else [0] * workers
