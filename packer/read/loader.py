@@ -328,10 +328,17 @@ class PackedDataset(IterableDataset):
                           "in this worker)", stacklevel=2)
             return None
 
-    def _skip(self, worker: int, num_workers: int) -> int:
+    def _resumed(self) -> dict | None:
+        """The loaded state, where it is of this epoch and past its start (a state taken
+        before an epoch's first batch fits any worker count)."""
         state = self._resume
-        if not state or state["epoch"] != self.epoch or not any(state["consumed"]):
-            return 0  # (a state taken before an epoch's first batch: any worker count)
+        return state if state and state["epoch"] == self.epoch and any(state["consumed"]) \
+            else None
+
+    def _skip(self, worker: int, num_workers: int) -> int:
+        state = self._resumed()
+        if state is None:
+            return 0
         if state["num_workers"] != max(num_workers, 1):
             raise ValueError(f"the saved state is for num_workers="
                              f"{_workers_text(state['num_workers'])}, this loader has "
@@ -343,8 +350,7 @@ class PackedDataset(IterableDataset):
         """Where this rank is in the epoch: load it into a new dataset to continue
         with exactly the samples not yet seen. Progress is known when the dataset is
         read through `packer.DataLoader`, or in the main process (num_workers=0)."""
-        resumed = self._resume if self._resume and self._resume["epoch"] == self.epoch \
-            and any(self._resume["consumed"]) else None  # (nothing consumed: any workers)
+        resumed = self._resumed()
         if self._delivered is not None:  # counted by packer.DataLoader, worker by worker
             workers, now = len(self._delivered), self._delivered
             before = resumed["consumed"] if resumed else [0] * workers
