@@ -68,13 +68,10 @@ class Transform:
 
     def _check_exact_size(self) -> None:
         """An exact WxH beyond Pillow's guard would skip every image: refused at once."""
-        from PIL import Image
-
-        size = self.exact_size()
-        if size and Image.MAX_IMAGE_PIXELS and size[0] * size[1] > Image.MAX_IMAGE_PIXELS:
-            raise UsageProblem(f"--resize {self.resize}: {size[0] * size[1]:,} pixels an "
-                               f"image, more than Pillow's limit of "
-                               f"{Image.MAX_IMAGE_PIXELS:,} (its MAX_IMAGE_PIXELS)")
+        try:
+            _safe(self.exact_size() or (1, 1), self.resize)
+        except ValueError as err:
+            raise UsageProblem(f"{err}: every image would be skipped") from None
 
     def exact_size(self) -> tuple[int, int] | None:
         """(width, height) every image gets, when the rule fixes it."""
