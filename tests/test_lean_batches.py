@@ -157,29 +157,36 @@ def test_persistent_workers_read_every_epoch_alike(packed):
         assert all(same_batch(a, b) for a, b in zip(ours, per_sample(ds, 2, 8), strict=True))
 
 
-def _damage_pixels(folder, index: int) -> str:
-    """Replace the stored pixels of sample `index` of an LMDB raw dataset with garbage."""
+def _damage_pixels(folder, index: int, how: str = "garbage") -> str:
+    """Replace the stored pixels of sample `index` of an LMDB raw dataset with garbage,
+    or (`how="header"`) change the shape its .npy header says to one that still parses
+    but leaves most of its bytes unaccounted for."""
     env = lmdb.open(str(folder), subdir=True)
     with env.begin(write=True) as txn:
         key = b"%010d" % index
         sample = msgpack.unpackb(txn.get(key))
-        sample["rgb.npy"] = b"not an array"
+        if how == "header":
+            assert b"(10, 12, 3)" in sample["rgb.npy"]
+            sample["rgb.npy"] = sample["rgb.npy"].replace(b"(10, 12, 3)", b"(10,  3, 3)")
+        else:
+            sample["rgb.npy"] = b"not an array"
         txn.put(key, msgpack.packb(sample, use_bin_type=True))
     env.close()
     return sample["__key__"]
 
 
+@pytest.mark.parametrize("how", ["garbage", "header"])
 @pytest.mark.parametrize("on_error", ["warn", "skip", "raise"])
-def test_damaged_pixels_in_a_batch_follow_on_error(packed, tmp_path, on_error):
+def test_damaged_pixels_in_a_batch_follow_on_error(packed, tmp_path, on_error, how):
     import shutil
 
     folder = tmp_path / "damaged"
     shutil.copytree(packed["lmdb", "raw"], folder)
-    bad = _damage_pixels(folder, 5)
+    bad = _damage_pixels(folder, 5, how)
     ds = packer.open_dataset(folder, on_error=on_error)
     loader = packer.DataLoader(ds, batch_size=8, num_workers=0)
     if on_error == "raise":
-        with pytest.raises(Exception, match="rgb.npy|array|pickle|header"):
+        with pytest.raises(Exception, match="rgb.npy|array|pickle|header|damaged"):
             list(loader)
         return
     with warnings.catch_warnings(record=True) as caught:

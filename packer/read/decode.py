@@ -50,7 +50,8 @@ _NPY_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...], int]] = {}
 
 def npy_array(data) -> np.ndarray:
     """The array of a .npy file's bytes (read-only, sharing `data`): the header of a
-    layout seen before is not parsed again."""
+    layout seen before is not parsed again. A ValueError where the header's shape does
+    not account for every byte after it (a damaged header that still parses)."""
     if isinstance(data, np.ndarray):
         return data
     end = 10 + int.from_bytes(data[8:10], "little")  # a version 1.0 header
@@ -62,6 +63,10 @@ def npy_array(data) -> np.ndarray:
             return array
         layout = _NPY_LAYOUTS[header] = (array.dtype, array.shape, array.size)
     dtype, shape, count = layout
+    if len(data) - end != count * dtype.itemsize:
+        raise ValueError(f"a .npy file whose header says {'x'.join(map(str, shape))} "
+                         f"{dtype} ({count * dtype.itemsize:,} bytes) holds "
+                         f"{len(data) - end:,} bytes of data: damaged")
     return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
 
 
