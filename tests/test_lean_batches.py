@@ -1,6 +1,7 @@
 """Batches made from the samples as read (bytes, stored pixels) and the workers' shared
 batch buffers: the same batches as per-sample reads, however many are held."""
 
+import time
 import warnings
 
 import lmdb
@@ -354,3 +355,22 @@ def test_a_failing_run_of_a_window_is_named_by_its_own_samples(packed, monkeypat
                        match=f"samples {first_of_second:,} to {first_of_second + 7:,}"):
         reader.read_window(runs, "rgb.npy")
     reader.close()
+
+
+def test_a_loader_read_inside_another_ones_epoch_leaves_its_batches_intact(packed):
+    """A validation pass in the middle of a training epoch: the training workers that
+    have handed over all they read and exited still have batches on their way."""
+    train_ds = packer.open_dataset(packed["lmdb", "raw"], shuffle=True, seed=2)
+    expected = per_sample(train_ds, 2, 16)
+    for steps in (1, 2, 3):
+        batches = iter(packer.DataLoader(train_ds, batch_size=16, num_workers=2))
+        got = [next(batches) for _ in range(steps)]
+        deadline = time.monotonic() + 3  # until a training worker has exited
+        while time.monotonic() < deadline and all(
+                ring._alive(pid) for pid in ring.LANDING.pids.values()):
+            time.sleep(0.05)
+        val = packer.open_dataset(packed["hdf5", "raw"])
+        assert sum(len(b["cls"]) for b in packer.DataLoader(val, batch_size=16,
+                                                             num_workers=2)) == 150
+        got += list(batches)
+        assert all(same_batch(a, b) for a, b in zip(got, expected, strict=True))

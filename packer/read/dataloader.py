@@ -121,9 +121,11 @@ class DataLoader(torch.utils.data.DataLoader):
                 gc.unfreeze()
             if self._batches_from_dataset:
                 dataset._batching = None
+        ring.LANDING.begin_epoch()
         try:
             yield from self._batches(batches_in, dataset, tracking, workers)
         finally:
+            ring.LANDING.end_epoch()
             if not self.persistent_workers:
                 ring.LANDING.forget_unused(arenas)
 
@@ -138,7 +140,6 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _batches(self, batches_in, dataset, tracking: bool, workers: int):
         widen_result_pipe(batches_in)
-        ring.LANDING.forget_exited()
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
         if tracking:
             dataset._delivered = [0] * workers if self._batches_from_dataset and workers \

@@ -220,6 +220,18 @@ class Landing:
         self.pids: dict[int, int] = {}
         self.lent: list[tuple[int, int]] = []
         self.arenas: dict[int, mmap.mmap] = {}
+        self.epochs = 0  # loaders' epochs under way
+
+    def begin_epoch(self) -> None:
+        """A loader begins an epoch: the slots of workers that have exited are let go
+        of, unless another loader is mid-epoch (a validation pass inside a training
+        epoch), whose exited workers' batches may still be on their way."""
+        if not self.epochs:
+            self.forget_exited()
+        self.epochs += 1
+
+    def end_epoch(self) -> None:
+        self.epochs -= 1
 
     def know(self, arena: Arena) -> None:
         self.arenas[arena.owner] = arena.memory
