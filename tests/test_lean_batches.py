@@ -374,3 +374,16 @@ def test_a_loader_read_inside_another_ones_epoch_leaves_its_batches_intact(packe
                                                              num_workers=2)) == 150
         got += list(batches)
         assert all(same_batch(a, b) for a, b in zip(got, expected, strict=True))
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "lmdb"])
+def test_a_batch_moved_to_shared_memory_leaves_later_batches_intact(packed, fmt):
+    """share_memory_() (what torch does to a tensor put on a multiprocessing queue)
+    moves a batch's storage away from its worker's slot."""
+    ds = packer.open_dataset(packed[fmt, "jpg"], shuffle=True, seed=4, image_size=64)
+    expected = per_sample(ds, 2, 7)  # batches of 86 KB: in the workers' slots
+    wrong = 0
+    for number, batch in enumerate(packer.DataLoader(ds, batch_size=7, num_workers=2)):
+        wrong += not same_batch(batch, expected[number])
+        batch[ds.image_field].share_memory_()
+    assert number + 1 == len(expected) and wrong == 0

@@ -216,6 +216,7 @@ class Landing:
     def __init__(self):
         self.storages: dict[tuple[int, int], torch.UntypedStorage] = {}
         self.views: dict[tuple[int, int], memoryview] = {}  # of the storages' memory
+        self.pointers: dict[tuple[int, int], int] = {}  # where arena slots' storages lie
         self.returned: dict[int, np.ndarray] = {}
         self.pids: dict[int, int] = {}
         self.lent: list[tuple[int, int]] = []
@@ -266,8 +267,9 @@ class Landing:
 
     def _known(self, ref: SlotRef) -> tuple[int, int]:
         key = (ref.owner, ref.slot)
-        if ref.place is not None and key not in self.storages:
+        if ref.place is not None and (key not in self.storages or self._moved(key)):
             self.storages[key] = _view(self.arenas[ref.owner], *ref.place)
+            self.pointers[key] = self.storages[key].data_ptr()
             self.pids[ref.owner] = ref.pid
         if ref.storage is not None:
             self.storages[key] = ref.storage
@@ -280,11 +282,19 @@ class Landing:
         """Count as let go of the references to slots nothing refers to any more."""
         still = []
         for key in self.lent:
-            if _use_count(self.storages[key]._cdata) > 1:
+            if _use_count(self.storages[key]._cdata) > 1 and not self._moved(key):
                 still.append(key)
             else:
                 self.returned[key[0]][key[1]] += 1
         self.lent = still
+
+    def _moved(self, key: tuple[int, int]) -> bool:
+        """Whether an arena slot's storage no longer lies in the arena: a batch's
+        `share_memory_()` (or torch passing it to another process) moves the storage
+        of its tensor, with its contents, to shared memory of its own. The batch keeps
+        that copy; the slot's memory is then referred to by nothing, and later batches
+        in it need a storage of their own."""
+        return key in self.pointers and self.storages[key].data_ptr() != self.pointers[key]
 
     def forget_exited(self) -> None:
         """Let go of the slots of workers that have exited (their batches keep what
@@ -293,6 +303,7 @@ class Landing:
         if gone:
             self.views = {k: v for k, v in self.views.items() if k[0] not in gone}
             self.storages = {k: v for k, v in self.storages.items() if k[0] not in gone}
+            self.pointers = {k: v for k, v in self.pointers.items() if k[0] not in gone}
             self.lent = [key for key in self.lent if key[0] not in gone]
             for owner in gone:
                 del self.returned[owner], self.pids[owner]
