@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import h5py
+import pytest
 from test_resume import KILL_AFTER_TWO_PARTS
 
 import packer
 from conftest import run, source_files
 from packer.bench import BenchOptions, bench
+from packer.errors import DatasetError
 
 
 def check_reads_everywhere(dataset, image_folder, tmp_path) -> list[dict]:
@@ -101,3 +103,21 @@ def test_a_file_that_is_no_dataset_is_refused(tmp_path):
     with h5py.File(plain, "w") as file:
         file["x"] = [1, 2, 3]
     assert "not a packed dataset" in run("inspect", plain, expect=1).output
+
+
+def test_a_damaged_object_header_is_named_by_every_command(image_folder, tmp_path):
+    """Bytes flipped in the object header of a dataset of the file: h5py's own KeyError
+    or RuntimeError becomes one message naming the file."""
+    out = tmp_path / "ds.h5"
+    run("pack", image_folder, "--to", "hdf5", "-o", out, "-q")
+    with h5py.File(out, "r") as file:
+        header = h5py.h5o.get_info(file["__key__"].id).addr
+    data = bytearray(out.read_bytes())
+    data[header:header + 16] = bytes(b ^ 0x5A for b in data[header:header + 16])
+    out.write_bytes(bytes(data))
+    for command in (["verify", out], ["bench", out, "--repeat", "1", "--workers", "0"]):
+        result = run(*command, expect=1)
+        assert "damaged" in result.output and str(out) in result.output
+        assert "Traceback" not in result.output
+    with pytest.raises(DatasetError, match="object header .* is damaged"):
+        packer.open_dataset(out)

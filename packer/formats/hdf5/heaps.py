@@ -23,7 +23,12 @@ def check_heaps(path: Path) -> None:
     """A DatasetError naming the first damaged heap of the file, if any."""
     with h5py.File(path, "r") as file:
         addresses = set()
-        for dataset in _vlen_datasets(file):
+        try:
+            datasets = _vlen_datasets(file)
+        except (KeyError, RuntimeError, OSError) as err:  # what h5py raises for it
+            raise DatasetError(f"{path}: an HDF5 object header is damaged ({err}); restore "
+                               "the file from a copy or pack the source again") from None
+        for dataset in datasets:
             addresses.update(_heap_addresses(path, dataset))
     size = os.path.getsize(path)
     with open(path, "rb") as raw:

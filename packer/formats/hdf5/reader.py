@@ -36,7 +36,7 @@ class Reader(ProcessReader):
             else:
                 needed = {name: count for name in self.names.values() if name is not None}
             for name, rows in needed.items():
-                held = len(file[name]) if name in file else None
+                held = self._rows_of(file, name)
                 if held is None or held < rows or (held > rows and not self.records):
                     found = "no such dataset" if held is None else f"{held:,} rows"
                     raise DatasetError(f"{self.path}: dataset {name!r} has {found}, but the "
@@ -45,6 +45,16 @@ class Reader(ProcessReader):
                                        "or pack the source again)")
         finally:
             file.close()
+
+    def _rows_of(self, file: h5py.File, name: str) -> int | None:
+        """The rows of dataset `name` (None if there is none); a DatasetError where its
+        object header is damaged (h5py raises KeyError or RuntimeError for it)."""
+        try:
+            return len(file[name]) if name in file else None
+        except (KeyError, RuntimeError, OSError) as err:
+            raise DatasetError(f"{self.path}: the HDF5 object header of dataset {name!r} is "
+                               f"damaged ({err}); restore the file from a copy or pack the "
+                               "source again") from None
 
     def _open_handle(self, inherited) -> h5py.File:
         self._datasets = {}
