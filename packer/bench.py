@@ -351,6 +351,11 @@ def recommend(results: list[dict]) -> dict[str, int]:
     return best
 
 
+def _times(ratio: float | None) -> str:
+    """A rate beside the loose files' ("n/a" where no loose folder was read)."""
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
 def table(report: dict) -> str:
     lines = [f"{'reader':<28} {'cache':<5} {'workers':>7} {'samples/s':>10} {'MB/s':>7} "
              f"{'first s':>8} {'RSS MB':>7} {'PSS MB':>7} {'vs loose':>8}"]
@@ -358,7 +363,7 @@ def table(report: dict) -> str:
         lines.append(f"{r['reader'][-28:]:<28} {r['cache']:<5} {r['workers']:>7} "
                      f"{r['samples_per_s']:>10,.0f} "
                      f"{r['mb_per_s']:>7.1f} {r['first_batch_s']:>8.3f} {r['peak_rss_mb']:>7.0f} "
-                     f"{r['peak_pss_mb']:>7.0f} {r.get('vs_loose', 1):>7.2f}x")
+                     f"{r['peak_pss_mb']:>7.0f} {_times(r.get('vs_loose')):>8}")
     for name, stored in report.get("stored", {}).items():
         lines.append(f"stored, {name}: {stored['bytes'] / 1e6:,.1f} MB, images "
                      f"{stored['images']}")

@@ -60,3 +60,10 @@ def test_bench_reads_transformed_packs_and_shows_how_they_are_stored(loose_and_p
     assert all(report["stored"][p]["bytes"] > 0 for p in paths)
     assert report["stored"][paths[0]]["images"] == "as the files are"
     assert f"stored, {paths[2]}: " in out and "images 16x16 (crop), raw pixels" in out
+
+
+def test_bench_without_loose_files_compares_with_nothing(loose_and_packed, tmp_path):
+    run("pack", loose_and_packed[0], "--to", "lmdb", "-o", tmp_path / "ds", "-q")
+    out = run("bench", tmp_path / "ds", "--workers", "0", "--repeat", "1", "-q").output
+    assert any(" warm " in line and line.rstrip().endswith(" n/a") for line in out.splitlines())
+    assert "1.00x" not in out
