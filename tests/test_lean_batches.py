@@ -387,3 +387,19 @@ def test_a_batch_moved_to_shared_memory_leaves_later_batches_intact(packed, fmt)
         wrong += not same_batch(batch, expected[number])
         batch[ds.image_field].share_memory_()
     assert number + 1 == len(expected) and wrong == 0
+
+
+def test_datasets_over_one_lmdb_are_read_at_once_in_one_process(packed):
+    """python-lmdb opens a path once per process: a split and its holdout, or a
+    validation loader inside a training epoch, share the environment."""
+    path = packed["lmdb", "raw"]
+    train = packer.open_dataset(path, holdout=(0.2, "train"))
+    val = packer.open_dataset(path, holdout=(0.2, "val"))
+    assert sum(1 for _ in zip(train, val, strict=False)) == 30
+    batches = iter(packer.DataLoader(train, batch_size=8, num_workers=0))
+    seen = len(next(batches)["cls"])
+    for workers in (0, 2):
+        loader = packer.DataLoader(packer.open_dataset(path, holdout=(0.2, "val")),
+                                   batch_size=8, num_workers=workers)
+        assert sum(len(batch["cls"]) for batch in loader) == 30
+    assert seen + sum(len(batch["cls"]) for batch in batches) == 120

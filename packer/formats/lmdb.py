@@ -166,10 +166,8 @@ class Reader(ProcessReader):
     _txn = _in_place = _layout = None  # read_window's transaction and decoders, here
 
     def _open_handle(self, inherited):
-        if inherited is not None:  # an LMDB handle must not be used in a forked child
-            inherited.close()  # (readonly, lock-free: closing it is safe)
         self._txn, self._in_place, self._layout, self._held = None, None, None, deque([[]])
-        return _open_readonly(self.folder)
+        return environment(self.folder)  # (never the inherited one: see environment)
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
@@ -228,11 +226,13 @@ class Reader(ProcessReader):
         self._held.append([])
 
     def close(self) -> None:
-        if self._txn is not None and self._pid == os.getpid():
-            self._txn.abort()
-        self._txn = self._in_place = self._layout = None
+        if self._pid == os.getpid():
+            if self._txn is not None:
+                self._txn.abort()
+            if self._handle is not None:
+                let_go(self.folder)
+        self._txn = self._in_place = self._layout = self._handle = self._pid = None
         self._held = deque([[]])
-        super().close()
 
     def __getstate__(self):
         return {**super().__getstate__(), "_txn": None, "_in_place": None, "_layout": None,
@@ -288,6 +288,38 @@ class Reader(ProcessReader):
 _DECODE_ERRORS = (msgpack.UnpackException, ValueError, TypeError)
 
 
+# python-lmdb opens an environment once per path and process: the readers of one path
+# in a process (a training split and its holdout, two loaders) share it, and it closes
+# when the last lets go. {real path: [environment, pid, readers]}
+_OPEN: dict[str, list] = {}
+
+
+def environment(folder: Path):
+    """The read-only environment of `folder` for this process. One inherited across a
+    fork is closed first (it must not be used in the child; read-only and lock-free,
+    closing it is safe) and opened again."""
+    key = os.path.realpath(folder)
+    entry = _OPEN.get(key)
+    if entry is not None and entry[1] != os.getpid():
+        entry[0].close()
+        entry = None
+    if entry is None:
+        entry = _OPEN[key] = [_open_readonly(folder), os.getpid(), 0]
+    entry[2] += 1
+    return entry[0]
+
+
+def let_go(folder: Path) -> None:
+    """One reader of `folder` in this process is done with its environment."""
+    key = os.path.realpath(folder)
+    entry = _OPEN.get(key)
+    if entry is not None and entry[1] == os.getpid():
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del _OPEN[key]
+            entry[0].close()
+
+
 def _open_readonly(folder: Path):
     try:
         return lmdb.open(str(folder), readonly=True, lock=False, subdir=True, readahead=True,
@@ -311,12 +343,12 @@ def check_environment(folder: Path, count: int) -> None:
     if not data.is_file():
         raise DatasetError(f"{data}: missing; the LMDB dataset {folder} has no data file "
                            "(restore it, or pack the source again)")
-    env = _open_readonly(folder)
+    env = environment(folder)
     try:
         pages_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
         entries = env.stat()["entries"]
     finally:
-        env.close()
+        let_go(folder)
     size = os.path.getsize(data)
     if size < pages_end:
         raise DatasetError(f"{data}: {size:,} bytes, but LMDB's meta page says its pages end "
