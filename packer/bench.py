@@ -207,17 +207,20 @@ class MemoryPeak:
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
-        me = psutil.Process()
         while not self._stop.is_set():
-            rss = pss = 0
-            for process in [me, *me.children(recursive=True)]:
-                try:
-                    process_rss, process_pss = resident_bytes(process)
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                rss, pss = rss + process_rss, pss + process_pss
-            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            self._sample_once()
             self._stop.wait(self.interval)
+
+    def _sample_once(self) -> None:
+        me = psutil.Process()
+        rss = pss = 0
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                process_rss, process_pss = resident_bytes(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rss, pss = rss + process_rss, pss + process_pss
+        self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
 
     def __enter__(self):
         self._thread.start()
@@ -226,6 +229,7 @@ class MemoryPeak:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        self._sample_once()  # a run too short for the thread to have sampled it
 
 
 def resident_bytes(process: psutil.Process) -> tuple[int, int]:

@@ -67,3 +67,13 @@ def test_bench_without_loose_files_compares_with_nothing(loose_and_packed, tmp_p
     out = run("bench", tmp_path / "ds", "--workers", "0", "--repeat", "1", "-q").output
     assert any(" warm " in line and line.rstrip().endswith(" n/a") for line in out.splitlines())
     assert "1.00x" not in out
+
+
+def test_a_run_over_before_the_sampler_starts_still_has_a_peak():
+    from packer.bench import MemoryPeak
+
+    peak = MemoryPeak()
+    peak._thread = __import__("threading").Thread(target=lambda: None)  # never samples
+    with peak:
+        pass
+    assert peak.rss >= peak.pss > 0
