@@ -115,11 +115,11 @@ def test_a_cut_gzip_dump_is_a_clear_error_and_the_copy_is_removed(tmp_path):
     assert not copy.parent.exists()
 
 
-def test_the_readme_spec_for_a_new_logger_reads_such_a_logger(tmp_path):
+def test_the_documented_spec_for_a_new_logger_reads_such_a_logger(tmp_path):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### A spec for a new logger", 1)[1]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "binary.md").read_text()
+    section = page.split("## A spec for a new logger", 1)[1]
     (tmp_path / "log2.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
     rows = [(i * 10, i, -i, 3 * i, -(2**23) + i * 1000) for i in range(50)]
     header = b"LOG2" + struct.pack(">H", 2) + bytes(10) + struct.pack(">Q", len(rows))
