@@ -15,7 +15,7 @@ that its first epoch does not.
 
 import sys as _sys
 
-__version__ = "0.1.0"
+from packer.version import __version__  # noqa: F401  (packer.__version__)
 
 # Names are imported when first used, so that `packer pack` starts without numpy,
 # torch or h5py unless the job needs them. No module of packer/ itself is named like
@@ -30,7 +30,6 @@ _LAZY_NAMES = {
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
     "RAW_IMAGE_FIELD": "packer.sample", "size_bytes": "packer.text",
     "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
-    "PackerGroup": "packer.cli.group",  # the error formatting of packer's command lines
 }
 
 

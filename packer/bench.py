@@ -31,7 +31,7 @@ from packer.read.dataloader import DataLoader
 from packer.read.dataset import open_parts
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
-from packer.read.pillow import rgb8_tensor
+from packer.read.pixels import rgb8_tensor
 from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 

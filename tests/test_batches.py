@@ -13,7 +13,7 @@ import packer
 from conftest import image_bytes, run
 from packer.formats import FORMAT_NAMES
 from packer.read.batches import collate_samples
-from packer.read.pillow import rgb8_tensor
+from packer.read.pixels import rgb8_tensor
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from packer.images import decode_image
+from packer.images.jpeg import exif_orientation, jpeg_rgb
 from packer.read.decode import Decoder
-from packer.read.jpeg import exif_orientation, jpeg_rgb
-from packer.read.pillow import decode_image, rgb8_tensor
+from packer.read.pixels import rgb8_tensor
 
 
 def photo(width: int, height: int, seed: int = 0) -> Image.Image:
@@ -107,15 +108,15 @@ def test_damaged_jpegs_still_fail_and_other_formats_still_decode():
 
 
 def test_the_resize_without_torchs_kernel_gives_the_same_pixels(monkeypatch):
-    from packer.read import decode
+    from packer.read import resize
 
     chw = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 40, 30), np.uint8))
     hwc = chw.permute(1, 2, 0).contiguous().permute(2, 0, 1)  # the same, channels last
     expected = F.interpolate(chw[None], size=(12, 9), mode="bilinear", antialias=True)[0]
-    for kernel in (decode._RESIZE_KERNEL, None):
-        monkeypatch.setattr(decode, "_RESIZE_KERNEL", kernel)
+    for kernel in (resize._RESIZE_KERNEL, None):
+        monkeypatch.setattr(resize, "_RESIZE_KERNEL", kernel)
         for pixels in (chw, hwc):
             for channels_last in (True, False):
-                out = decode.resized_tensor(pixels, (12, 9), channels_last=channels_last)
+                out = resize.resized_tensor(pixels, (12, 9), channels_last=channels_last)
                 assert torch.equal(out, expected)
                 assert out.permute(1, 2, 0).is_contiguous() == channels_last

@@ -11,9 +11,9 @@ from PIL import Image
 
 import packer
 from packer.formats import FORMAT_NAMES
+from packer.images import decode_image
 from packer.manifest import load_manifest
 from packer.read.dataset import iter_samples
-from packer.read.pillow import decode_image
 from tests.conftest import image_bytes, run
 
 

@@ -24,7 +24,7 @@ def decode_difference(images: Path, size: int, limit: int) -> dict:
     (CPU time)."""
     from PIL import Image
 
-    from packer.read.pillow import rgb8_tensor
+    from packer.read.pixels import rgb8_tensor
 
     paths = sorted(images.rglob("*.jpg"))[:limit]
     datas = [path.read_bytes() for path in paths]

@@ -6,7 +6,7 @@ from dataclasses import fields
 import click
 
 import packer
-from packer import PackerGroup
+from packer.cli.group import PackerGroup
 from packer.errors import PackerError
 from train.config import (
     AMP_MODES,

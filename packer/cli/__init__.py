@@ -11,13 +11,13 @@ library and prints text or JSON (the views are in report.py).
 
 import click
 
-from packer import __version__
 from packer.cli.bench_command import bench
 from packer.cli.binary_commands import inspect_binary
 from packer.cli.dataset_commands import inspect, unpack, verify
 from packer.cli.group import PackerGroup
 from packer.cli.pack_command import pack
 from packer.cli.table_commands import inspect_table
+from packer.version import __version__
 
 
 @click.group(cls=PackerGroup, context_settings={"help_option_names": ["-h", "--help"]})

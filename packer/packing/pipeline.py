@@ -20,7 +20,6 @@ from pathlib import Path
 
 from isal import isal_zlib
 
-from packer import __version__
 from packer.errors import BadInputError, PackerError, Resumable, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
@@ -37,6 +36,7 @@ from packer.sources import claimed, open_source
 from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 from packer.text import without_addresses
+from packer.version import __version__
 
 PROGRESS_NAME = "progress.json"
 SPOOL_NAME = "spool"

@@ -146,7 +146,7 @@ class Transform:
         import numpy as np
         from PIL.Image import DecompressionBombError
 
-        from packer.read.pillow import decode_image
+        from packer.images import decode_image
 
         try:
             image = self._resized(decode_image(data, None, _kind(field)))

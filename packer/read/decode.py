@@ -18,13 +18,13 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from packer.read.resize import resized_tensor
 from packer.sample import KEY, PIL_FORMATS, RAW_IMAGE_FIELD, field_bytes
 
 DECODE_MODES = ("rgb8", "pil", "raw")
 IMAGE_FIELDS = frozenset(PIL_FORMATS)  # every raster format Pillow opens
-# Encoded images are decoded in packer.read.pillow, imported only where a dataset has
+# Encoded images are decoded in packer.read.pixels, imported only where a dataset has
 # them (`preload`), so that reading bytes or stored pixels never imports Pillow.
 
 
@@ -32,7 +32,7 @@ def preload(mode: str, fields) -> None:
     """Import the Pillow side now (in the training process, before workers fork, which
     then share it) when `mode` decodes images and one of `fields` is encoded."""
     if mode != "raw" and any(field_kind(name) in IMAGE_FIELDS for name in fields):
-        from packer.read import pillow  # noqa: F401
+        from packer.read import pixels  # noqa: F401
 
 
 def _size(image_size) -> tuple[int, int] | None:
@@ -70,31 +70,6 @@ def npy_array(data) -> np.ndarray:
     return np.frombuffer(data, dtype, count=count, offset=end).reshape(shape)
 
 
-def resized_tensor(pixels: torch.Tensor, size: tuple[int, int] | None,
-                   channels_last: bool = False) -> torch.Tensor:
-    """A uint8 (3, H, W) tensor at `size`, with the antialiased bilinear filter; its
-    memory laid out (H, W, 3) with `channels_last`, else contiguous."""
-    if size is None or tuple(pixels.shape[1:]) == size:
-        return pixels
-    if channels_last:
-        out = torch.empty((*size, 3), dtype=torch.uint8).permute(2, 0, 1)
-    else:
-        out = torch.empty((3, *size), dtype=torch.uint8)
-    if channels_last != pixels.permute(1, 2, 0).is_contiguous():  # the kernel wants alike
-        pixels = (pixels.permute(1, 2, 0).contiguous().permute(2, 0, 1) if channels_last
-                  else pixels.contiguous())
-    if _RESIZE_KERNEL is None:
-        out[None].copy_(F.interpolate(pixels[None], size=size, mode="bilinear", antialias=True))
-    else:
-        _RESIZE_KERNEL(pixels[None], size, False, out=out[None])
-    return out
-
-
-# F.interpolate(mode="bilinear", antialias=True)'s own kernel, called without its argument
-# handling (a third of the time on a small image); a torch without it takes F.interpolate
-_RESIZE_KERNEL = getattr(torch._C._nn, "_upsample_bilinear2d_aa", None)
-
-
 def field_kind(name: str) -> str:
     return name.rsplit(".", 1)[-1].lower()
 
@@ -127,12 +102,13 @@ class Decoder:
         if kind in IMAGE_FIELDS:
             if self.mode == "raw":
                 return value
-            from packer.read import pillow
+            from packer.images import decode_image
+            from packer.read.pixels import rgb8_tensor
 
             if self.mode == "rgb8":
-                pixels = pillow.rgb8_tensor(value, self.size, kind, self.reduced, self.arrays)
+                pixels = rgb8_tensor(value, self.size, kind, self.reduced, self.arrays)
                 return pixels.permute(1, 2, 0) if self.arrays else pixels
-            return pillow.decode_image(value, self.size, kind, reduced=self.reduced)
+            return decode_image(value, self.size, kind, reduced=self.reduced)
         if kind == "cls":
             return int(value)
         if kind == "npy":

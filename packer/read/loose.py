@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from packer.read.decode import IMAGE_FIELDS
-from packer.read.pillow import rgb8_tensor
+from packer.read.pixels import rgb8_tensor
 from packer.sample import KEY
 from packer.sources.files.checks import check_file
 from packer.sources.files.read import read_file

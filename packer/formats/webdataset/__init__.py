@@ -42,7 +42,6 @@ SAMPLE_DIGESTS = False  # each shard's sha256 covers its samples
 PART_KEYS = (("name",), ("sha256",))
 READ_ERRORS = (*protocol.READ_ERRORS, tarfile.TarError)
 SHARD_NAME = "shard-{:06d}.tar"
-INDEX_SUFFIX = ".idx"  # each shard's saved index (packer.formats.webdataset.tarindex)
 publish = publish_folder
 layout_text = no_layout_text
 manifest_in_file = no_file_manifest
@@ -210,7 +209,9 @@ def part_files(part: dict) -> list[str]:
 def optional_part_files(part: dict) -> list[str]:
     """The shard's saved index: fetched with it from object storage where the store has
     one (a dataset packed before there were saved indexes has none)."""
-    return [Path(part["name"]).with_suffix(INDEX_SUFFIX).name]
+    from packer.formats.webdataset.tarindex import index_path
+
+    return [index_path(part["name"]).name]
 
 
 

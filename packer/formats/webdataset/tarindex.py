@@ -30,7 +30,6 @@ from packer.errors import DatasetError
 from packer.formats.base import PartFiles
 from packer.formats.readahead import file_range
 from packer.formats.spans import Spans
-from packer.formats.webdataset import INDEX_SUFFIX
 from packer.sample import KEY, split_member
 
 _BLOCK = 512
@@ -183,6 +182,7 @@ def index_shard(path: str) -> ShardIndex:
 
 
 _INDEX_TAG = "packer tar index 1"
+INDEX_SUFFIX = ".idx"  # each shard's saved index, beside it
 
 
 def index_path(shard) -> Path:
