@@ -23,13 +23,14 @@ from packer.version import __version__  # noqa: F401  (packer.__version__)
 _LAZY_NAMES = {
     "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
     "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
-    "pack": "packer.packing.pipeline", "unpack": "packer.read.unpack",
-    "verify": "packer.read.verify",
+    "pack": "packer.packing.pipeline", "unpack": "packer.unpack",
+    "verify": "packer.verify",
     "DataLoader": "packer.read.dataloader", "PackedDataset": "packer.read.loader",
     "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
     "RAW_IMAGE_FIELD": "packer.sample", "size_bytes": "packer.text",
     "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
+    "dataset_info": "packer.dataset_info",
 }
 
 

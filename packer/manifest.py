@@ -173,6 +173,12 @@ def is_packed(path: Path) -> bool:
         return False
 
 
+def layout_label(manifest: dict) -> str | None:
+    """The field that holds a label given by the source's layout (a class folder, a
+    labels file, a label column), not by a file of the source; None when unlabelled."""
+    return "cls" if manifest["source"].get("labels", "none") != "none" else None
+
+
 def class_counts(manifest: dict) -> dict[str, int]:
     return dict(zip(manifest.get("classes") or [], manifest.get("class_counts") or [],
                     strict=True))

@@ -65,8 +65,8 @@ def test_a_format_is_one_module_and_one_registry_line(toy, tmp_path):
 
 
 def test_public_names_stay_the_functions_after_their_modules_load():
-    import packer.read.unpack  # noqa: F401
-    import packer.read.verify  # noqa: F401
+    import packer.unpack  # noqa: F401
+    import packer.verify  # noqa: F401
 
     for _ in range(2):
         assert callable(packer.verify) and callable(packer.unpack) and callable(packer.pack)

@@ -15,13 +15,7 @@ from packer.cli.options import (
     quiet_option,
     show_progress,
 )
-from packer.cli.report import (
-    empty_classes,
-    inspect_text,
-    labels_text,
-    shards_text,
-    verify_text,
-)
+from packer.cli.report import inspect_text, shards_text, verify_text
 from packer.text import plural
 
 
@@ -44,7 +38,7 @@ def inspect(dataset, cache_dir, cache_limit, as_json):
       packer inspect s3://bucket/images-wds   # AWS_ENDPOINT_URL etc. from the environment
       packer inspect 's3://bucket/shards/shard-{000000..000009}.tar' --cache-dir /scratch/c
     """
-    from packer.manifest import class_counts
+    from packer.dataset_info import manifest_info
     from packer.read.dataset import manifest_or_shards
 
     manifest, shards = manifest_or_shards(dataset, cache_dir, cache_limit)
@@ -53,16 +47,8 @@ def inspect(dataset, cache_dir, cache_limit, as_json):
             emit_json(shards)
         else:
             click.echo(shards_text(shards))
-        return
-    if as_json:
-        emit_json({"path": str(dataset), "format": manifest["format"],
-                    "count": manifest["count"], "fields": manifest["fields"],
-                    "classes": class_counts(manifest), "labels": labels_text(manifest),
-                    "empty_classes": empty_classes(manifest), "parts": manifest["parts"],
-                    "source": manifest["source"], "skipped": manifest["skipped"],
-                    "warnings": manifest.get("warnings") or [],
-                    "ignored": manifest["ignored"], "records": manifest.get("records"),
-                    "transform": manifest.get("transform")})
+    elif as_json:
+        emit_json(manifest_info(manifest, dataset))
     else:
         click.echo(inspect_text(manifest, dataset))
 
@@ -90,7 +76,7 @@ def verify(dataset, against, cache_dir, cache_limit, as_json, quiet):
       packer verify s3://bucket/images-wds   # parts downloaded through the cache
       packer verify s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 5GB
     """
-    from packer.read.verify import verify as run_verify
+    from packer.verify import verify as run_verify
 
     report = run_verify(dataset, against, progress=show_progress(quiet), cache_dir=cache_dir,
                         cache_limit=cache_limit)
@@ -124,7 +110,7 @@ def unpack(dataset, out, overwrite, cache_dir, cache_limit, as_json, quiet):
       packer unpack s3://bucket/images-wds -o ./restored --cache-dir /scratch/c
       packer unpack 's3://bucket/shards/shard-{000000..000003}.tar' -o ./members
     """
-    from packer.read.unpack import unpack as run_unpack
+    from packer.unpack import unpack as run_unpack
 
     result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet),
                         cache_dir=cache_dir, cache_limit=cache_limit)

@@ -76,11 +76,6 @@ def iter_samples(path, cache_dir=None, cache_limit=None) -> Iterator[dict]:
                                "SOURCE` names the changed file")
 
 
-def label_field(manifest: dict) -> str | None:
-    """The field that holds a label given by the layout (not a file of the source)."""
-    return "cls" if manifest["source"].get("labels", "none") != "none" else None
-
-
 class PackedParts:
     """What the loader needs to know of a dataset: parts with their sample counts,
     class names, whether runs can start anywhere in a part, and a reader. Small and

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from packer.errors import PackerError, UsageProblem
-from packer.read.dataset import label_field
+from packer.manifest import layout_label
 from packer.sample import KEY, field_bytes
 
 BLOCK_SAMPLES = 4096  # samples read from the source at a time
@@ -99,7 +99,7 @@ class Folder:
         options = recorded_options(manifest)
         options.spec = manifest["source"].get("spec") or options.spec
         self.folder, self.source = folder, BinaryFolder(folder, options)
-        self.label = label_field(manifest)
+        self.label = layout_label(manifest)
         self.files = {s.key: s for s in self.source.scan.samples()}
         self.seen: set[str] = set()
 

@@ -3,7 +3,7 @@ packed from, and every file of the folder packed or listed as skipped."""
 
 from pathlib import Path
 
-from packer.read.dataset import label_field
+from packer.manifest import layout_label
 from packer.sample import KEY, restored_path
 from packer.sources.files.scan import scan_folder
 
@@ -13,7 +13,7 @@ class Against:
 
     def __init__(self, manifest: dict, source: Path):
         self.source = source
-        self.label = label_field(manifest)
+        self.label = layout_label(manifest)
         self.classes = manifest.get("classes") or []
         self.by_folder = manifest["source"]["labels"] == "folders"
         self.seen: set[str] = set()

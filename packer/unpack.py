@@ -13,9 +13,9 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from packer.errors import DatasetError, UsageProblem
-from packer.manifest import partial_path
+from packer.manifest import layout_label, partial_path
 from packer.packing.transform import reencoded_text
-from packer.read.dataset import iter_samples, label_field, open_packed, open_parts, plain_shards
+from packer.read.dataset import iter_samples, open_packed, open_parts, plain_shards
 from packer.sample import DISAMBIGUATOR, KEY, field_bytes, restored_path
 from packer.storage.url import is_s3
 
@@ -94,7 +94,7 @@ class _Files:
 
 def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> list:
     """Every sample's files; returns the labels rows."""
-    label = label_field(manifest)
+    label = layout_label(manifest)
     classes = manifest.get("classes") or []
     with_labels = manifest["source"]["labels"] != "folders"
     reencoded = "transform" in manifest
