@@ -21,16 +21,16 @@ from packer.version import __version__  # noqa: F401  (packer.__version__)
 # torch or h5py unless the job needs them. No module of packer/ itself is named like
 # one of these (`packer.pack` is a function: the pack side is packer/packing/).
 _LAZY_NAMES = {
-    "iter_samples": "packer.read.dataset", "load_manifest": "packer.manifest",
+    "iter_samples": "packer.read.dataset", "load_manifest": "packer.read.dataset",
     "MANIFEST_NAME": "packer.manifest", "PackOptions": "packer.packing.options",
-    "pack": "packer.packing.pipeline", "unpack": "packer.unpack",
-    "verify": "packer.verify",
+    "pack": "packer.packing", "unpack": "packer.datasets.unpack",
+    "verify": "packer.datasets.verify",
     "DataLoader": "packer.read.dataloader", "PackedDataset": "packer.read.loader",
     "open_dataset": "packer.read.loader", "collate_samples": "packer.read.loader",
     "IMAGE_FIELDS": "packer.read.decode", "LooseImages": "packer.read.loose",
     "RAW_IMAGE_FIELD": "packer.sample", "size_bytes": "packer.text",
     "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
-    "dataset_info": "packer.dataset_info",
+    "dataset_info": "packer.datasets.info",
 }
 
 

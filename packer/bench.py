@@ -26,9 +26,9 @@ import torch
 
 from packer.errors import UsageProblem
 from packer.formats import format_module
-from packer.manifest import is_packed, load_manifest
+from packer.formats.manifests import is_packed
 from packer.read.dataloader import DataLoader
-from packer.read.dataset import open_parts
+from packer.read.dataset import load_manifest, open_parts
 from packer.read.loader import open_dataset
 from packer.read.loose import LooseImages, loose_images
 from packer.read.pixels import rgb8_tensor

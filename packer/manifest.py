@@ -1,5 +1,8 @@
 """The manifest: `manifest.json` beside the data (or, in a dataset that is one file,
-where its format keeps it), the one description readers trust.
+where its format keeps it), the one description readers trust. This module is the file
+itself: its names, its atomic write and its seal (a digest of itself); finding and
+checking the manifest of a dataset is packer.formats.manifests (local) and
+packer.read.dataset.load_manifest (local or s3://).
 
 It holds the format and layout version, the sample count, the fields (dtype,
 count, bytes), class names in id order with their counts, the parts (shards or
@@ -10,19 +13,13 @@ version, and `skipped`: every input that was not packed, with the reason.
 import hashlib
 import json
 import os
-from functools import cache
-from importlib import resources
 from pathlib import Path
-
-from packer import formats
-from packer.errors import DatasetError, NoSuchDataset
-from packer.sample import LAYOUT_VERSION
-from packer.storage.url import is_s3
 
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
 SCHEMA_FILE = "manifest.schema.json"  # in packer/schemas/, for other tools too
 DIGEST_KEY = "manifest_sha256"  # the sha256 of the rest of the manifest, as written
+UNFINISHED = MANIFEST_NAME + PARTIAL_SUFFIX  # beside a bucket's parts until the manifest is there
 
 
 def partial_path(out: Path) -> Path:
@@ -44,133 +41,21 @@ def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def load_manifest(dataset, cache_dir=None, cache_limit=None) -> dict:
-    """The manifest of a packed dataset (a local path or an s3:// URL, whose files are
-    read through the part cache in `cache_dir`, at most `cache_limit`), or a
-    DatasetError that says what is wrong."""
-    if is_s3(dataset):
-        from packer.read.remote import load_remote_manifest  # reading from object storage
-
-        return load_remote_manifest(dataset, cache_dir, cache_limit)
-    dataset = Path(dataset)
-    if dataset.name.endswith(PARTIAL_SUFFIX) or (
-        not dataset.exists() and partial_path(dataset).exists()
-    ):
-        raise DatasetError(f"{dataset}: an unfinished pack (the run was interrupted or "
-                           "failed); finish it with `packer pack ... --resume`")
-    if not dataset.exists():
-        raise NoSuchDataset(f"{dataset}: no such packed dataset")
-    manifest = _file_manifest(dataset) if dataset.is_file() else _folder_manifest(dataset)
-    check_manifest(manifest, dataset if dataset.is_file() else dataset / MANIFEST_NAME)
-    if manifest.get("layout_version", 1) > LAYOUT_VERSION:
-        raise DatasetError(f"{dataset}: written by {manifest.get('tool', 'a newer packer')} "
-                           f"in layout {manifest['layout_version']}, which this packer "
-                           f"(layout {LAYOUT_VERSION}) cannot read; upgrade packer")
-    return manifest
-
-
-@cache
-def _validator():
-    import jsonschema  # here, so that packing, which writes manifests, never loads it
-
-    schema = json.loads(resources.files("packer").joinpath("schemas", SCHEMA_FILE).read_text())
-    return jsonschema.Draft202012Validator(schema)
-
-
 def seal(manifest: dict) -> None:
     """Record the manifest's own digest in it, as the last step of a pack."""
     manifest[DIGEST_KEY] = _digest(manifest)
+
+
+def digest_matches(manifest) -> bool:
+    """Whether `manifest` records its own digest and is as it was sealed."""
+    return (isinstance(manifest, dict) and isinstance(manifest.get(DIGEST_KEY), str)
+            and manifest[DIGEST_KEY] == _digest(manifest))
 
 
 def _digest(manifest: dict) -> str:
     body = {key: value for key, value in manifest.items() if key != DIGEST_KEY}
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode(
         "utf-8", "surrogatepass")).hexdigest()
-
-
-def check_manifest(manifest, path: Path) -> None:
-    """A DatasetError naming the first problem when `manifest` does not match the
-    schema, or its counts do not add up. A manifest whose digest says it is as packer
-    wrote it is spared the schema (importing jsonschema costs a tenth of a second, as
-    much as reading a small dataset); any edit or damage changes the digest."""
-    if isinstance(manifest, dict) and isinstance(manifest.get(DIGEST_KEY), str) and (
-            manifest[DIGEST_KEY] == _digest(manifest)):
-        return
-    from jsonschema.exceptions import best_match
-
-    error = best_match(_validator().iter_errors(manifest))
-    if error is not None:
-        where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the top level"
-        problem = f"at {where}: {error.message}"
-    else:
-        problem = _count_problem(manifest)
-    if problem:
-        raise DatasetError(f"{path}: the manifest is damaged ({problem}); it does not match "
-                           f"packer's manifest schema (packer/schemas/{SCHEMA_FILE}), so the "
-                           "dataset cannot be read: restore the dataset or pack the source "
-                           "again")
-
-
-def _count_problem(manifest: dict) -> str | None:
-    """Where the parts, the count and the classes disagree, or None."""
-    if manifest["format"] not in formats.registered():
-        return (f"format {manifest['format']!r} is none that packer reads: "
-                f"{', '.join(formats.registered())}")
-    first = 0
-    for position, part in enumerate(manifest["parts"]):
-        if part["index"] != position:
-            return f"part {position} has the index {part['index']}"
-        if part["first"] != first:
-            return (f"part {part['index']} starts at sample {part['first']:,}, but the parts "
-                    f"before it end at {first:,}")
-        first += part["count"]
-    if first != manifest["count"]:
-        return f"the parts hold {first:,} samples, but the count is {manifest['count']:,}"
-    for keys in formats.format_module(manifest["format"]).PART_KEYS:
-        lacking = [part["index"] for part in manifest["parts"] if not set(keys) & set(part)]
-        if lacking:
-            return (f"part {lacking[0]} has no {' or '.join(map(repr, keys))}, which every "
-                    f"part of a {manifest['format']} dataset has")
-    names = [part["name"] for part in manifest["parts"] if "name" in part]
-    if len(set(names)) != len(names):
-        return "two parts have the same file name"
-    classes, counts = manifest.get("classes"), manifest.get("class_counts")
-    if len(classes or []) != len(counts or []):
-        return f"{len(classes or [])} class names but {len(counts or [])} class counts"
-    return None
-def _folder_manifest(dataset: Path) -> dict:
-    path = dataset / MANIFEST_NAME
-    if not path.is_file():
-        raise DatasetError(f"{dataset}: not a packed dataset (no {MANIFEST_NAME}); "
-                           "make one with `packer pack`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DatasetError(f"{path}: cannot read the manifest: {err}") from None
-
-
-def _file_manifest(dataset: Path) -> dict:
-    from packer.formats import manifest_of_file  # the formats, only for a one-file dataset
-
-    manifest = manifest_of_file(dataset)
-    if manifest is None:
-        raise DatasetError(f"{dataset}: a file, but not a packed dataset (no format "
-                           "finds its manifest in it); make one with `packer pack`")
-    return manifest
-
-
-def is_packed(path: Path) -> bool:
-    """Whether `path` is a packed dataset: a folder with a manifest, or one file with
-    its manifest inside."""
-    path = Path(path)
-    if path.is_dir():
-        return (path / MANIFEST_NAME).is_file()
-    from packer.formats import manifest_of_file
-
-    try:
-        return path.is_file() and manifest_of_file(path) is not None
-    except DatasetError:
-        return False
 
 
 def layout_label(manifest: dict) -> str | None:

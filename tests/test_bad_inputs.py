@@ -6,7 +6,8 @@ import pytest
 
 import packer
 from conftest import image_bytes, run
-from packer.packing.pipeline import PackOptions, pack
+from packer.packing import pack
+from packer.packing.options import PackOptions
 from packer.read.dataset import iter_samples
 
 

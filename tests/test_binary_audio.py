@@ -10,7 +10,7 @@ from test_binary_pack import decoded
 
 import packer
 from conftest import run
-from packer.binary.chunks import extended_float
+from packer.sources.binary.chunks import extended_float
 
 EXTRA_BEFORE = [(b"LIST", b"INFOISFT\x05\0\0\0test\0"), (b"fact", b"\x10\0\0\0")]
 

@@ -32,7 +32,7 @@ def write_imu(path, records: int, order: str, trailing: bytes = b"") -> list[tup
 def big_endian_spec(tmp_path):
     from importlib import resources
 
-    text = (resources.files("packer.binary") / "specs" / "imu.toml").read_text()
+    text = (resources.files("packer.sources.binary") / "specs" / "imu.toml").read_text()
     path = tmp_path / "imu-be.toml"
     path.write_text(text.replace('byte_order = "little"', 'byte_order = "big"'))
     return str(path)

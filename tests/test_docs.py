@@ -104,7 +104,7 @@ def base_data(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("doc-data")
     colour_images(base / "images", [(200, 30, 30), (30, 200, 30), (30, 30, 200)], 40, 20.0)
     imu_dump(base / "imu.bin")
-    shutil.copy(ROOT / "packer" / "binary" / "specs" / "imu.toml", base / "imu.toml")
+    shutil.copy(ROOT / "packer" / "sources" / "binary" / "specs" / "imu.toml", base / "imu.toml")
     mnist_files(base)
     wav_folder(base / "wavs")
     tables(base)

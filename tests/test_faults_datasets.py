@@ -320,7 +320,8 @@ def test_fuzzed_manifests_never_give_a_traceback(packed, data, tmp_path_factory)
 
 
 def test_every_written_manifest_matches_the_schema_and_its_digest(packed):
-    from packer.manifest import DIGEST_KEY, _digest, _validator
+    from packer.formats.manifests import _validator
+    from packer.manifest import DIGEST_KEY, _digest
 
     for fmt in FORMAT_NAMES:
         manifest = read_manifest(packed / fmt)

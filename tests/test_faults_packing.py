@@ -210,7 +210,7 @@ def test_a_huge_sparse_file_named_jpg_is_skipped_without_being_read(tmp_path):
 
 CUT_WHILE_CHECKSUMMED = """
 import os, sys
-import packer.binary.dump as dump
+import packer.sources.binary.dump as dump
 checksum = dump.crc32
 def cut_then_checksum(data, crc=0):
     os.truncate(sys.argv[2], 64 + 36 * 1000)  # the dump cut while its records are read

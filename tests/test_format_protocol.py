@@ -65,11 +65,14 @@ def test_a_format_is_one_module_and_one_registry_line(toy, tmp_path):
 
 
 def test_public_names_stay_the_functions_after_their_modules_load():
-    import packer.unpack  # noqa: F401
-    import packer.verify  # noqa: F401
+    import packer.datasets.info  # noqa: F401
+    import packer.datasets.unpack  # noqa: F401
+    import packer.datasets.verify  # noqa: F401
+    import packer.packing.pipeline  # noqa: F401
 
     for _ in range(2):
         assert callable(packer.verify) and callable(packer.unpack) and callable(packer.pack)
+        assert callable(packer.dataset_info) and callable(packer.load_manifest)
 
 
 def test_a_part_option_names_the_formats_that_read_it(toy, monkeypatch):

@@ -12,7 +12,8 @@ from PIL import Image, ImageFile, TiffImagePlugin, features
 
 import packer
 from conftest import image_bytes, run
-from packer.packing.pipeline import PackOptions, pack
+from packer.packing import pack
+from packer.packing.options import PackOptions
 from packer.read.decode import IMAGE_FIELDS, Decoder
 from packer.sources.files.checks import PIL_FORMATS, check_input
 

@@ -7,12 +7,12 @@ import struct
 import pytest
 from click.testing import CliRunner
 
-from packer.binary.dump import examine_dump
-from packer.binary.inspect import render_report
-from packer.binary.overlay import overlay_report
-from packer.binary.spec import load_spec
 from packer.cli import cli
 from packer.cli.binary_commands import inspect_binary
+from packer.sources.binary.dump import examine_dump
+from packer.sources.binary.inspect import render_report
+from packer.sources.binary.overlay import overlay_report
+from packer.sources.binary.spec import load_spec
 
 cli.add_command(inspect_binary)
 

@@ -10,7 +10,7 @@ import pytest
 
 import packer
 from conftest import run
-from packer.tables.readers import detect_encoding
+from packer.sources.tables.readers import detect_encoding
 
 HEADERS = ["诊断", "年龄", "性别", "体重", "身高", "血压", "患者", "编号"]
 

@@ -12,8 +12,7 @@ from PIL import Image
 import packer
 from packer.formats import FORMAT_NAMES
 from packer.images import decode_image
-from packer.manifest import load_manifest
-from packer.read.dataset import iter_samples
+from packer.read.dataset import iter_samples, load_manifest
 from tests.conftest import image_bytes, run
 
 

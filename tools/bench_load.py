@@ -61,7 +61,7 @@ from torch.utils.data import Dataset
 import packer
 from packer.bench import drop_cache
 from packer.formats import format_module
-from packer.manifest import is_packed
+from packer.formats.manifests import is_packed
 from packer.read.loose import loose_images
 
 FORMATS = {"wds": "webdataset", "lmdb": "lmdb", "hdf5": "hdf5"}

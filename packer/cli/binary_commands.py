@@ -66,7 +66,7 @@ def inspect_binary(file, as_json, **options):
       packer inspect-binary imu.bin --spec imu.toml --hex --record 100 --records 2
       packer inspect-binary train-images-idx3-ubyte --spec mnist-idx --json
     """
-    from packer.binary.inspect import inspect_binary_file, render_report
+    from packer.sources.binary.inspect import inspect_binary_file, render_report
 
     report = inspect_binary_file(file, **options)
     if as_json:

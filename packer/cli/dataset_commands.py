@@ -38,7 +38,7 @@ def inspect(dataset, cache_dir, cache_limit, as_json):
       packer inspect s3://bucket/images-wds   # AWS_ENDPOINT_URL etc. from the environment
       packer inspect 's3://bucket/shards/shard-{000000..000009}.tar' --cache-dir /scratch/c
     """
-    from packer.dataset_info import manifest_info
+    from packer.datasets.info import manifest_info
     from packer.read.dataset import manifest_or_shards
 
     manifest, shards = manifest_or_shards(dataset, cache_dir, cache_limit)
@@ -76,7 +76,7 @@ def verify(dataset, against, cache_dir, cache_limit, as_json, quiet):
       packer verify s3://bucket/images-wds   # parts downloaded through the cache
       packer verify s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 5GB
     """
-    from packer.verify import verify as run_verify
+    from packer.datasets.verify import verify as run_verify
 
     report = run_verify(dataset, against, progress=show_progress(quiet), cache_dir=cache_dir,
                         cache_limit=cache_limit)
@@ -110,7 +110,7 @@ def unpack(dataset, out, overwrite, cache_dir, cache_limit, as_json, quiet):
       packer unpack s3://bucket/images-wds -o ./restored --cache-dir /scratch/c
       packer unpack 's3://bucket/shards/shard-{000000..000003}.tar' -o ./members
     """
-    from packer.unpack import unpack as run_unpack
+    from packer.datasets.unpack import unpack as run_unpack
 
     result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet),
                         cache_dir=cache_dir, cache_limit=cache_limit)

@@ -179,7 +179,7 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack s3://bucket/raw/images --to webdataset -o ./images-wds --workers 4
       packer pack s3://bucket/export.xlsx --to hdf5 --label-column diagnosis -o export.h5
     """
-    from packer.packing.pipeline import pack as run_pack
+    from packer.packing import pack as run_pack
 
     defaults = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     given = {name for name in options if ctx.get_parameter_source(name) not in defaults}

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from packer.dataset_info import empty_classes, labels_text
+from packer.datasets.info import empty_classes, labels_text
 from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
 from packer.packing.transform import reencoded_text

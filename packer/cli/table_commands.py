@@ -25,8 +25,8 @@ def inspect_table(path, sheet, header_row, skip_rows, delimiter, decimal, encodi
       packer inspect-table ./export.xlsx --sheet Results --header-row 3 --json
       packer inspect-table ./data.csv --encoding gbk
     """
-    from packer.tables.inspect import inspect_table as run_inspect
-    from packer.tables.inspect import inspect_text
+    from packer.sources.tables.inspect import inspect_table as run_inspect
+    from packer.sources.tables.inspect import inspect_text
 
     report = run_inspect(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
                          delimiter=delimiter, encoding=encoding, decimal=decimal, rows=rows)

@@ -23,7 +23,8 @@ from isal import isal_zlib
 from packer.errors import BadInputError, PackerError, Resumable, UsageProblem
 from packer.formats import format_module
 from packer.formats.base import Chunk, encode_chunk
-from packer.manifest import MANIFEST_NAME, is_packed, partial_path, seal, write_json_atomic
+from packer.formats.manifests import is_packed
+from packer.manifest import MANIFEST_NAME, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions, found_labels
 from packer.packing.parallel import engine_map
@@ -306,15 +307,11 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
     }
 
 
-def pack(path, out, options: PackOptions, on_part=None) -> dict:
+def pack_local(path, out, options: PackOptions, on_part=None) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
-    them, or a table; or an s3:// prefix of files) into `out` (a local path, or an
-    s3:// URL); returns the manifest.
-    `on_part(folder, part)` is called as each part closes (its files are complete)."""
-    if is_s3(out):
-        from packer.storage.publish import pack_to_s3
-
-        return pack_to_s3(path, out, options)
+    them, or a table; or an s3:// prefix of files) into the local path `out`; returns
+    the manifest. `on_part(folder, part)` is called as each part closes (its files are
+    complete)."""
     path, out = path if is_s3(path) else Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)

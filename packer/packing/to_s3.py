@@ -27,13 +27,13 @@ from pathlib import Path
 
 from packer.errors import UsageProblem
 from packer.formats import format_module
-from packer.manifest import MANIFEST_NAME, PARTIAL_SUFFIX, is_packed, partial_path
+from packer.formats.manifests import is_packed, local_manifest
+from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path
+from packer.packing.pipeline import pack_local
 from packer.storage import client
 from packer.storage.cache import default_dir
 from packer.storage.client import StorageError, file_sha256
 from packer.storage.url import S3Url, parse
-
-UNFINISHED = MANIFEST_NAME + PARTIAL_SUFFIX  # beside the parts until the manifest is there
 
 UPLOADS_WAITING = 2
 STAGING = "packing"
@@ -41,8 +41,6 @@ STAGING = "packing"
 
 def pack_to_s3(path, url: str, options) -> dict:
     """Pack `path` into the dataset at `url`; returns the manifest."""
-    from packer.packing.pipeline import pack
-
     began = time.perf_counter()
     target = parse(url)
     client.check_bucket(target)
@@ -53,12 +51,10 @@ def pack_to_s3(path, url: str, options) -> dict:
         client.delete(target, [MANIFEST_NAME])  # from now on it no longer looks complete
     uploader = Uploader(target, options.to)
     if is_packed(staged) and options.resume:  # packed earlier; its upload was cut short
-        from packer.manifest import load_manifest
-
-        manifest = load_manifest(staged)
+        manifest = local_manifest(staged)
     else:
         staged.parent.mkdir(parents=True, exist_ok=True)
-        manifest = pack(path, staged, replace(options, overwrite=True),
+        manifest = pack_local(path, staged, replace(options, overwrite=True),
                         on_part=uploader.part_closed)
     uploader.publish(staged, old)
     shutil.rmtree(staged.parent, ignore_errors=True)

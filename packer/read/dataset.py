@@ -7,10 +7,21 @@ from pathlib import Path
 
 from packer.errors import DatasetError
 from packer.formats import format_module
-from packer.manifest import is_packed, load_manifest
+from packer.formats.manifests import is_packed, local_manifest
 from packer.read import shards
 from packer.sample import sample_digest
 from packer.storage.url import is_s3
+
+
+def load_manifest(dataset, cache_dir=None, cache_limit=None) -> dict:
+    """The checked manifest of a packed dataset (a local path or an s3:// URL, whose
+    files are read through the part cache in `cache_dir`, at most `cache_limit`), or a
+    DatasetError that says what is wrong."""
+    if is_s3(dataset):
+        from packer.read.remote import load_remote_manifest  # reading from object storage
+
+        return load_remote_manifest(dataset, cache_dir, cache_limit)
+    return local_manifest(dataset)
 
 
 def open_packed(path, cache_dir=None, cache_limit=None) -> tuple[dict, object]:

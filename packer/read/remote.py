@@ -31,11 +31,11 @@ from braceexpand import braceexpand
 
 from packer.errors import DatasetError, NoSuchDataset, UsageProblem
 from packer.formats import format_module, manifest_of_file
+from packer.formats.manifests import check_manifest
 from packer.formats.webdataset import tarindex
-from packer.manifest import DIGEST_KEY, MANIFEST_NAME, check_manifest
+from packer.manifest import DIGEST_KEY, MANIFEST_NAME, UNFINISHED
 from packer.storage import client
 from packer.storage.cache import PartCache
-from packer.storage.publish import UNFINISHED
 from packer.storage.url import S3Url, is_s3, parse
 
 AHEAD = 2  # parts each reading process downloads ahead of the one it reads

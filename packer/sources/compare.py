@@ -104,7 +104,8 @@ class Folder:
         self.seen: set[str] = set()
 
     def check(self, sample: dict) -> list[str]:
-        from packer.binary import open_dump, record_arrays
+        from packer.sources.binary.dump import open_dump
+        from packer.sources.binary.records import record_arrays
         from packer.sources.files.scan import SIDECAR_FIELDS
 
         found = self.files.get(sample[KEY])

@@ -1,10 +1,41 @@
-"""The `binary` source kind: raw dumps described by a spec file (`--spec`), as records
-or windows of records, or a folder of small binary files (`source.py`; packer/binary/
-reads the specs and dumps)."""
+"""The `binary` source kind: raw dumps (a header, then fixed-size records) described by
+a TOML spec file (`--spec`), as records or windows of records, or a folder of small
+binary files.
 
+    from packer.sources.binary import load_spec, open_dump, record_arrays, Windows
+    spec = load_spec("imu.toml")              # or a shipped spec by name: "imu"
+    dump = open_dump("imu.bin", spec)         # checks magic, size and count; DumpError if not
+    for records in dump.chunks():             # native-order structured arrays, bounded memory
+        arrays = record_arrays(records, spec) # {"timestamp_ns": (n,), "accel": (n, 3), ...}
+
+    spec.py, fields.py   a spec file compiled to a numpy structured dtype
+    dump.py, counts.py   a dump opened and checked: magic, size, record count
+    chunks.py            chunked containers (RIFF WAV, AIFF) walked to their records
+    records.py           how records and windows of records become samples
+    source.py            the source: a dump or a folder of binary files, packed
+    inspect.py, hexview.py, overlay.py   what `packer inspect-binary` shows
+    specs/               worked specs, loadable by name
+
+This `__init__` stays light (the source registry imports it to ask which kind a path
+is): the names above are imported when first used.
+"""
+
+import importlib
 from pathlib import Path
 
 from packer.sources.base import Applies, Kind
+
+_API = {"Check": "dump", "Dump": "dump", "DumpError": "dump", "examine_dump": "dump",
+        "open_dump": "dump", "Windows": "records", "record_arrays": "records",
+        "window_arrays": "records", "Spec": "spec", "SpecError": "spec", "load_spec": "spec",
+        "parse_spec": "spec", "shipped_spec_names": "spec"}
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 NAME = "binary"
 DUMP, BINARY_FOLDER = "binary-dump", "binary-folder"

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.binary.fields import Field
-from packer.binary.spec import Layout, Spec
+from packer.sources.binary.fields import Field
+from packer.sources.binary.spec import Layout, Spec
 
 WAV_FORMATS = {1: "PCM", 3: "IEEE float", 0xFFFE: "extensible"}
 WAV_TYPES = {(1, 8): "u1", (1, 16): "i2", (1, 24): "i3", (1, 32): "i4", (3, 32): "f4",

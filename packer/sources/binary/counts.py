@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packer.binary.fields import Field
-from packer.binary.spec import Spec
+from packer.sources.binary.fields import Field
+from packer.sources.binary.spec import Spec
 
 
 @dataclass(frozen=True)

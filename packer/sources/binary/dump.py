@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 from isal.isal_zlib import crc32
 
-from packer.binary.chunks import ChunkProblem, file_spec
-from packer.binary.counts import Check, count_check
-from packer.binary.fields import Field
-from packer.binary.spec import Spec
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
+from packer.sources.binary.chunks import ChunkProblem, file_spec
+from packer.sources.binary.counts import Check, count_check
+from packer.sources.binary.fields import Field
+from packer.sources.binary.spec import Spec
 
 CHUNK_BYTES = 16 * 2**20  # bytes of records read per step when scanning a whole dump
 _READ_BYTES = 4 << 20  # bytes per read when checksumming or copying a range

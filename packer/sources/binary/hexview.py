@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.binary.dump import read_bytes
+from packer.sources.binary.dump import read_bytes
 
 BYTES_PER_LINE = 16
 COMMON_HEADER_SIZES = (0, 16, 32, 44, 64, 128, 256, 512)

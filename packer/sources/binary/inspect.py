@@ -10,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from packer.binary.dump import Dump, dump_size, examine_dump, plain_size
-from packer.binary.hexview import hex_report, render_hex_report
-from packer.binary.overlay import SHOWN_BYTES, json_value, overlay_report, value_text
-from packer.binary.spec import load_spec
 from packer.compressed import PlainFile
 from packer.errors import UsageProblem
+from packer.sources.binary.dump import Dump, dump_size, examine_dump, plain_size
+from packer.sources.binary.hexview import hex_report, render_hex_report
+from packer.sources.binary.overlay import SHOWN_BYTES, json_value, overlay_report, value_text
+from packer.sources.binary.spec import load_spec
 
 DEFAULT_LENGTH = 256
 DEFAULT_RECORDS = 3

@@ -5,10 +5,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-from packer.binary.dump import Dump, python_value, read_bytes
-from packer.binary.fields import Field
-from packer.binary.spec import BYTE_ORDERS, Layout
 from packer.errors import UsageProblem
+from packer.sources.binary.dump import Dump, python_value, read_bytes
+from packer.sources.binary.fields import Field
+from packer.sources.binary.spec import BYTE_ORDERS, Layout
 
 SHOWN_BYTES = 16  # raw bytes shown per row; longer fields are cut with "..."
 SHOWN_ITEMS = 6  # array elements shown per value

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packer.binary.dump import Dump
-from packer.binary.spec import Spec
 from packer.errors import UsageProblem
+from packer.sources.binary.dump import Dump
+from packer.sources.binary.spec import Spec
 
 
 def record_arrays(records: np.ndarray, spec: Spec, as_float32: bool = False) -> dict:

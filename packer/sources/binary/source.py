@@ -1,4 +1,4 @@
-"""The `binary` source: raw dumps described by a spec file (see packer/binary).
+"""The `binary` source: raw dumps described by a spec file (see packer/sources/binary).
 
 Two shapes of input:
 
@@ -26,11 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.binary import Windows, load_spec, open_dump, record_arrays, window_arrays
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
 from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
 from packer.sources.base import Source
+from packer.sources.binary.dump import open_dump
+from packer.sources.binary.records import Windows, record_arrays, window_arrays
+from packer.sources.binary.spec import load_spec
 from packer.sources.files.read import read_file
 from packer.sources.files.scan import SIDECAR_FIELDS, scan_folder
 

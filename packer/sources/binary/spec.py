@@ -3,7 +3,7 @@
 A spec states the byte order, the header (size and the fields worth naming, with
 expected values for magics), the record's fields, where the record count comes from
 and what bytes after the last record mean. `docs/binary.md` describes the format;
-`packer/binary/specs/` holds worked examples, loadable by name (`load_spec("imu")`).
+`packer/sources/binary/specs/` holds worked examples, loadable by name (`load_spec("imu")`).
 """
 
 import tomllib
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.binary.fields import Field, check_keys, is_int, parse_field
 from packer.errors import PackerError, UsageProblem
+from packer.sources.binary.fields import Field, check_keys, is_int, parse_field
 
 BYTE_ORDERS = {"little": "<", "big": ">"}
 TRAILING_RULES = ("error", "ignore")
@@ -73,7 +73,7 @@ class Spec:
 
 
 def _shipped_specs() -> Path:
-    return Path(str(resources.files("packer.binary").joinpath("specs")))
+    return Path(str(resources.files("packer.sources.binary").joinpath("specs")))
 
 
 def shipped_spec_names() -> list[str]:
@@ -136,7 +136,7 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
 
 
 def _container_spec(data: dict, source: str, fail) -> Spec:
-    """A spec for chunked files: the chunk reader (packer/binary/chunks.py) finds each
+    """A spec for chunked files: the chunk reader (packer/sources/binary/chunks.py) finds each
     file's layout, so nothing but a description goes with it."""
     container = data["container"]
     if container not in CONTAINERS:

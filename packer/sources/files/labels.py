@@ -35,7 +35,7 @@ def labels_in_folder(root: Path) -> Path | None:
 
 
 def _lines(path: Path, encoding: str | None, data: bytes | None) -> tuple[list[str], str]:
-    from packer.tables.readers import SAMPLE_BYTES, detect_encoding
+    from packer.sources.tables.readers import SAMPLE_BYTES, detect_encoding
 
     try:
         data = Path(path).read_bytes() if data is None else data
@@ -48,7 +48,7 @@ def _lines(path: Path, encoding: str | None, data: bytes | None) -> tuple[list[s
 
 def _rows(lines: list[str]) -> list[tuple[int, list[str]]]:
     """(file line number, cells) of every row that is not blank."""
-    from packer.tables.readers import SNIFF_ROWS, detect_delimiter
+    from packer.sources.tables.readers import SNIFF_ROWS, detect_delimiter
 
     reader = csv.reader(lines, delimiter=detect_delimiter(lines[:SNIFF_ROWS], ".csv"))
     return [(reader.line_num, [cell.strip() for cell in row])

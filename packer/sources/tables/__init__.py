@@ -1,13 +1,24 @@
 """The `tables` source kind: a CSV, TSV, Excel or Parquet table, one sample per row.
 
-The source is `source.py` (packer/tables/ reads and converts the tables); pandas is
-imported only when a table is scanned.
+    readers.py   open a table: delimiter, sheet, header row; chunks of rows
+    convert.py   which columns are features, labels, keys; checked conversion to numbers
+    keys.py      a key column's values as sample keys
+    stats.py     running per-column count, mean, std, min, max
+    source.py    the source: the table checked, spooled and read into samples
+    summary.py   what the pack summary says of a table
+    inspect.py   what `packer inspect-table` shows
+
+A text table's encoding is found by packer/sources/encoding.py (shared with labels
+files). pandas is imported only when a table is scanned; the user's view is
+docs/tables.md.
 """
 
 from pathlib import Path
 
+from packer.compressed import plain_name
 from packer.sources.base import Applies, Kind
-from packer.tables import TABLE_SUFFIXES, table_suffix
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".xlsx", ".xls", ".parquet")
 
 NAME = "tables"
 CSV, EXCEL, PARQUET = "csv", "excel", "parquet"
@@ -33,6 +44,11 @@ def against(manifest: dict, path: Path):
     from packer.sources.compare import table_against
 
     return table_against(manifest, path)
+
+
+def table_suffix(path) -> str:
+    """`.csv` for data.csv and for data.csv.gz (.bz2, .xz): what the table is."""
+    return Path(plain_name(path)).suffix.lower()
 
 
 def claims(path: Path, spec: str | None) -> str | None:

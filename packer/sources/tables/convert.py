@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from packer.errors import PackerError, UsageProblem
-from packer.tables.readers import canon_text
+from packer.sources.tables.readers import canon_text
 
 NA_POLICIES = ("fail", "drop", "zero", "mean")
 FLOAT32_MAX = float(np.finfo(np.float32).max)

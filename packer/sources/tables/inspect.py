@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from packer.tables.convert import inferred_type, to_numbers
-from packer.tables.readers import canon_text, open_table
+from packer.sources.tables.convert import inferred_type, to_numbers
+from packer.sources.tables.readers import canon_text, open_table
 
 CHUNK_ROWS = 1 << 16
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from packer.errors import PackerError
 from packer.sample import encode_key
-from packer.tables.convert import first_problems
+from packer.sources.tables.convert import first_problems
 
 # An empty, `.` or `..` part: such keys could name the same file as another when unpacked.
 _NOT_NORMALISED = r"(?:^|/)\.{0,2}(?:/|$)"

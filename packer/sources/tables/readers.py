@@ -23,7 +23,7 @@ import pandas as pd
 
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
-from packer.tables.encoding import detect_encoding, encoding_probe
+from packer.sources.encoding import detect_encoding, encoding_probe
 
 SAMPLE_BYTES = 1 << 20  # bytes read to find the delimiter and the header (and the encoding)
 SNIFF_ROWS = 30  # rows looked at to find the header

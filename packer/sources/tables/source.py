@@ -28,7 +28,7 @@ import pandas as pd
 from packer.errors import PackerError, UsageProblem
 from packer.sample import COLUMNS, KEY, SAMPLES, columns_crc32, index_key
 from packer.sources.base import Source
-from packer.tables.convert import (
+from packer.sources.tables.convert import (
     NA_POLICIES,
     TASKS,
     Categories,
@@ -39,9 +39,9 @@ from packer.tables.convert import (
     to_numbers,
     to_seconds,
 )
-from packer.tables.keys import check_unique_keys, key_texts
-from packer.tables.readers import open_table
-from packer.tables.stats import Float32Exactness, RunningStats
+from packer.sources.tables.keys import check_unique_keys, key_texts
+from packer.sources.tables.readers import open_table
+from packer.sources.tables.stats import Float32Exactness, RunningStats
 
 CHUNK_CELLS = 1 << 18  # cells parsed at a time (16,384 rows of 16 columns): bounds memory
 SAMPLE_ROWS = 10_000  # rows that decide which columns are numeric
