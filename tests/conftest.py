@@ -14,6 +14,24 @@ from PIL import Image
 from packer.cli import cli
 from s3_server import moto_server, s3  # noqa: F401 (fixtures of the s3 tests)
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+# A pack run by `python -c KILL_AFTER_TWO_PARTS ARGS...` kills itself once two parts are saved.
+KILL_AFTER_TWO_PARTS = """
+import os, signal, sys
+import packer.formats.protocol
+import packer.packing.pipeline
+save, calls = packer.packing.pipeline._save_progress, []
+def save_then_die(*args):
+    save(*args)
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+packer.packing.pipeline._save_progress = save_then_die
+packer.formats.protocol.BLOCK_COUNT = 3
+from packer.cli import cli
+cli(sys.argv[1:], prog_name="packer")
+"""
+
 
 def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 20)) -> bytes:
     rng = np.random.default_rng(seed)

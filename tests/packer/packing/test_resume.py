@@ -7,25 +7,9 @@ import sys
 import pytest
 
 import packer
-from conftest import run
+from conftest import KILL_AFTER_TWO_PARTS, run
 from packer.formats import FORMAT_NAMES
 from packer.read.dataset import iter_samples
-
-KILL_AFTER_TWO_PARTS = """
-import os, signal, sys
-import packer.formats.protocol
-import packer.packing.pipeline
-save, calls = packer.packing.pipeline._save_progress, []
-def save_then_die(*args):
-    save(*args)
-    calls.append(1)
-    if len(calls) == 2:
-        os.kill(os.getpid(), signal.SIGKILL)
-packer.packing.pipeline._save_progress = save_then_die
-packer.formats.protocol.BLOCK_COUNT = 3
-from packer.cli import cli
-cli(sys.argv[1:], prog_name="packer")
-"""
 
 
 def shard_bytes(folder):

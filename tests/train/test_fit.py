@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 import packer
-from conftest import colour_images
+from conftest import ROOT, colour_images
 from conftest import run as packer_run
 from train.cli import cli
 
@@ -100,7 +100,7 @@ def test_bench_train_packed_only(colours):
                "--packed-only", "--epochs", "1", "--image-size", "16", "--workers", "0",
                "--batch-size", "16", "--device", "cpu", "--amp", "off"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
+                            cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "packed shards" in result.stdout and "loose files" not in result.stdout
     assert "--device cpu --amp off" in result.stdout

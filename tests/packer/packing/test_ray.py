@@ -17,10 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_resume import KILL_AFTER_TWO_PARTS
 
 import packer
-from conftest import run
+from conftest import KILL_AFTER_TWO_PARTS, run
 from packer.errors import UsageProblem
 from packer.formats import FORMAT_NAMES
 from packer.packing.options import PackOptions

@@ -10,10 +10,10 @@ import pytest
 from PIL import Image
 
 import packer
+from conftest import image_bytes, run
 from packer.formats import FORMAT_NAMES
 from packer.images import decode_image
 from packer.read.dataset import iter_samples, load_manifest
-from tests.conftest import image_bytes, run
 
 
 def _folder(tmp_path, sizes=((40, 30), (30, 50), (64, 64))):

@@ -9,10 +9,9 @@ import sys
 
 import h5py
 import pytest
-from test_resume import KILL_AFTER_TWO_PARTS
 
 import packer
-from conftest import run, source_files
+from conftest import KILL_AFTER_TWO_PARTS, run, source_files
 from packer.bench import BenchOptions, bench
 from packer.errors import DatasetError
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from audio_files import pcm_frames, wav_bytes
-from test_binary_pack import write_imu
+from dumps import write_imu
 
 from conftest import run
 from packer.formats import FORMAT_NAMES

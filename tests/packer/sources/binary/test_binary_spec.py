@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from packer.errors import UsageProblem
 from packer.sources.binary.dump import DumpError, examine_dump, open_dump
 from packer.sources.binary.records import Windows, record_arrays, window_arrays
 from packer.sources.binary.spec import SpecError, load_spec, parse_spec, shipped_spec_names
 
-IMU_SPEC = (Path(__file__).resolve().parents[1] / "packer/sources/binary/specs/imu.toml"
-            ).read_text()
+IMU_SPEC = (ROOT / "packer/sources/binary/specs/imu.toml").read_text()
 ORDER = {"little": "<", "big": ">"}
 
 

@@ -1,18 +1,17 @@
 """The command line as a user meets it: help, errors, inspect and verify."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import packer
-from conftest import run
+from conftest import ROOT, run
 from packer.cli import cli
 from packer.formats import FORMAT_NAMES, format_module
 from packer.read.dataset import iter_samples
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 
 
 @pytest.mark.parametrize("command", sorted(cli.commands))

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_binary_pack import IMU_RECORD
+from dumps import IMU_RECORD
 
 from conftest import run as packer_run
 from train.cli import cli

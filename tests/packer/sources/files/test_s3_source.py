@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_binary_pack import write_imu
-from test_resume import KILL_AFTER_TWO_PARTS
+from dumps import write_imu
 
 import packer
-from conftest import image_bytes, run
+from conftest import KILL_AFTER_TWO_PARTS, image_bytes, run
 from packer.storage.client import client
 from s3_server import free_port, point_at, start_server, stop_server, upload_folder
 

@@ -7,26 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dumps import decoded, write_imu
 
 import packer
 from conftest import run
 from packer.formats import FORMAT_NAMES
 from packer.read.dataset import iter_samples
-from packer.read.decode import Decoder
-
-IMU_RECORD = "Q3f3fH2x"  # u8 timestamp, f4 accel[3], f4 gyro[3], u2 status, 2 padding bytes
-
-
-def write_imu(path, records: int, order: str, trailing: bytes = b"") -> list[tuple]:
-    """An IMU dump written record by record with struct; returns the decoded values."""
-    prefix = "<" if order == "little" else ">"
-    rng = np.random.default_rng(7)
-    rows = [(i * 5_000_000, *rng.standard_normal(6).astype(np.float32).tolist(), i % 3)
-            for i in range(records)]
-    header = b"IMU1" + struct.pack(prefix + "II", records, 200)
-    body = b"".join(struct.pack(prefix + IMU_RECORD, *row) for row in rows)
-    path.write_bytes(header.ljust(64, b"\0") + body + trailing)
-    return [struct.unpack(prefix + IMU_RECORD, struct.pack(prefix + IMU_RECORD, *r)) for r in rows]
 
 
 def big_endian_spec(tmp_path):
@@ -36,11 +22,6 @@ def big_endian_spec(tmp_path):
     path = tmp_path / "imu-be.toml"
     path.write_text(text.replace('byte_order = "little"', 'byte_order = "big"'))
     return str(path)
-
-
-def decoded(path):
-    decoder = Decoder("raw")
-    return [decoder(s) for s in iter_samples(path)]
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)

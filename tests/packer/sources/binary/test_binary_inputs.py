@@ -8,10 +8,10 @@ import struct
 
 import numpy as np
 import pytest
-from test_binary_pack import decoded, write_imu
+from dumps import decoded, write_imu
 
 import packer
-from conftest import run
+from conftest import ROOT, run
 
 
 def test_a_big_endian_dump_read_little_endian_says_the_byte_order_looks_wrong(tmp_path):
@@ -116,9 +116,8 @@ def test_a_cut_gzip_dump_is_a_clear_error_and_the_copy_is_removed(tmp_path):
 
 
 def test_the_documented_spec_for_a_new_logger_reads_such_a_logger(tmp_path):
-    from pathlib import Path
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "binary.md").read_text()
+    page = (ROOT / "docs" / "binary.md").read_text()
     section = page.split("## A spec for a new logger", 1)[1]
     (tmp_path / "log2.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
     rows = [(i * 10, i, -i, 3 * i, -(2**23) + i * 1000) for i in range(50)]

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from test_binary_pack import write_imu
+from dumps import write_imu
 
 from conftest import run
 from packer.formats.webdataset import read_shard

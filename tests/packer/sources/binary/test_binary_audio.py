@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 from audio_files import aiff_bytes, float_wav_bytes, pcm_frames, wav_bytes
-from test_binary_pack import decoded
+from dumps import decoded
 
 import packer
 from conftest import run

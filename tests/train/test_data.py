@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from test_binary_pack import write_imu
+from dumps import write_imu
 
 from conftest import image_bytes
 from conftest import run as packer_run
