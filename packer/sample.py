@@ -113,6 +113,30 @@ def columns_crc32(columns: dict, crc: int = 0) -> int:
     return crc
 
 
+def values_crc32(records) -> int:
+    """The CRC-32 of a structured array's field values as a reader gets them: each field
+    converted by value into this machine's byte order, padding left out. Computed from
+    the source records as their spec declares them and from the stored ones alike, it
+    differs where the stored bytes are in another order than their dtype says."""
+    import numpy as np
+    from isal.isal_zlib import crc32
+
+    dtype = records.dtype
+    packed = np.dtype([(name, dtype.fields[name][0].newbyteorder("="))
+                       for name in dtype.names])
+    return crc32(np.ascontiguousarray(records.astype(packed)).view(np.uint8).data)
+
+
+def native_order(dtype) -> bool:
+    """Whether every number of `dtype` is in this machine's byte order. numpy's own
+    `isnative` passes over a field with a shape: [('frame', '>i2', (2,))] is native to it."""
+    if dtype.subdtype is not None:
+        return native_order(dtype.subdtype[0])
+    if dtype.names is not None:
+        return all(native_order(dtype.fields[name][0]) for name in dtype.names)
+    return dtype.isnative
+
+
 def sample_digest(sample: dict) -> bytes:
     """sha256 of the key, then each field's name, length and bytes in name order."""
     parts = [sample[KEY].encode(), b"\0"]

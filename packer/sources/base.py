@@ -54,8 +54,9 @@ class Source:
     and the defaults below. SHAPES lists the sample shapes it offers, preferred first
     (packer.sample): SAMPLES through jobs always; COLUMNS through `blocks(start)`,
     blocks of column arrays with their `columns_crc32`; RECORDS through
-    `records_layout()`, `record_dtype`, `write_records(start, stop, fd, offset)` and
-    `sample_labels(first, count)`, a dump's records copied whole.
+    `records_layout()`, `record_dtype`, `write_records(start, stop, fd, offset)`,
+    `values_crc32(start, stop)` and `sample_labels(first, count)`, a dump's records
+    copied whole.
     """
 
     SHAPES: tuple[str, ...] = (SAMPLES,)

@@ -119,13 +119,18 @@ def verify_part(path: Path, manifest: dict, part: dict, name: str,
                                READ_ERRORS)
     part_reader = reader(path, manifest)
     try:
-        rows, crc = part_reader.checksum(part)
+        rows, crc, values = part_reader.checksums(part)
     except READ_ERRORS as err:
         return [f"{name}: unreadable: {err}"], 0
     finally:
         part_reader.close()
     expected = part.get("columns_crc32", part.get("records_crc32"))
     problems = checksum_problems(name, part["count"], rows, crc == expected)
+    if "values_crc32" in part and values != part["values_crc32"] and not problems:
+        problems.append(f"{name}: the values of its records differ from the source's as "
+                        "packed (values_crc32; the bytes are as written, so they are stored "
+                        "in another byte order or layout than their dtype says): pack the "
+                        "source again")
     if compare is not None:
         compared, _ = sample_problems(read_part(path, manifest, part), part, name, compare,
                                       READ_ERRORS)

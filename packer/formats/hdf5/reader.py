@@ -10,7 +10,7 @@ from isal.isal_zlib import crc32
 from packer.errors import DatasetError
 from packer.formats.base import ProcessReader
 from packer.formats.hdf5.writer import dataset_names
-from packer.sample import KEY, columns_crc32, index_key, index_keys
+from packer.sample import KEY, columns_crc32, index_key, index_keys, values_crc32
 
 
 class Reader(ProcessReader):
@@ -139,16 +139,23 @@ class Reader(ProcessReader):
     def checksum(self, part: dict) -> tuple[int, int]:
         """The samples a part holds and the CRC-32 of its data, as the writer computed
         it: over its records and class ids, or over its columns."""
+        rows, crc, _ = self.checksums(part)
+        return rows, crc
+
+    def checksums(self, part: dict) -> tuple[int, int, int | None]:
+        """As `checksum`, and for records the CRC-32 of their values as a reader gets
+        them (packer.sample.values_crc32), which a part records as `values_crc32`."""
         if not self.records:
             columns = self.columns(part)
-            return min(len(c) for c in columns.values()), columns_crc32(columns)
+            return min(len(c) for c in columns.values()), columns_crc32(columns), None
         file = self.handle()
         start, stop = part["records"]
-        crc = crc32(file[self.records["dataset"]][start:stop].view(np.uint8))
+        records = file[self.records["dataset"]][start:stop]
+        crc, values = crc32(records.view(np.uint8)), values_crc32(records)
         if "cls" not in self.fields:
-            return part["count"], crc
+            return part["count"], crc, values
         labels = file["cls"][part["first"]:part["first"] + part["count"]]
-        return len(labels), crc32(labels, crc)
+        return len(labels), crc32(labels, crc), values
 
     def columns(self, part: dict) -> dict[str, np.ndarray]:
         """A part's samples as the columns they were written from."""

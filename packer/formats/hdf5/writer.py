@@ -154,7 +154,8 @@ class Hdf5Writer(Writer):
             crc = crc32(labels, crc)
         self.parts.append({"index": len(self.parts), "first": first, "count": count,
                            "bytes": (stop - start) * records.dtype.itemsize,
-                           "records": [start, stop], "records_crc32": crc})
+                           "records": [start, stop], "records_crc32": crc,
+                           "values_crc32": source.values_crc32(start, stop)})
         self.count += count
         return labels
 

@@ -21,6 +21,7 @@ from isal.isal_zlib import crc32
 
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
+from packer.sample import native_order, values_crc32
 from packer.sources.binary.chunks import ChunkProblem, file_spec
 from packer.sources.binary.counts import Check, count_check
 from packer.sources.binary.fields import Field
@@ -78,13 +79,17 @@ class Dump:
         if raw.size != count * dtype.itemsize:
             raise _shrank(self.path)
         records = raw.view(dtype)
-        if not native or dtype.isnative:
+        if not native or native_order(dtype):
             return records
         # Swapped field by field in place: astype or byteswap() would copy the fields
         # only and leave the padding bytes uninitialised.
-        for name in dtype.names:
-            records[name].byteswap(inplace=True)
+        _swap_fields(records)
         return records.view(dtype.newbyteorder("="))
+
+    def values_crc32(self, start: int, stop: int) -> int:
+        """The CRC-32 of records start..stop-1 as a reader gets their values (packer.
+        sample.values_crc32), computed from the bytes as the spec declares them."""
+        return values_crc32(self.records(start, stop - start, native=False))
 
     def write_records(self, start: int, stop: int, fd: int, offset: int) -> int:
         """Write records start..stop-1, in native byte order, into the open file `fd`
@@ -95,7 +100,7 @@ class Dump:
         same range, read in pieces (not through a memory map, whose pages fault the
         process with SIGBUS if the dump is cut meanwhile). A dump in the other order
         is read, swapped and written."""
-        if not self.spec.record_dtype.isnative:
+        if not native_order(self.spec.record_dtype):
             raw = self.records(start, stop - start).view(np.uint8)
             _write_at(fd, memoryview(raw), offset)
             return crc32(raw)
@@ -122,6 +127,16 @@ class Dump:
             for field in numeric:
                 totals[field.name].add(field.values(chunk[field.name]))
         return {name: t.result() for name, t in totals.items()}
+
+
+def _swap_fields(records: np.ndarray) -> None:
+    """Every number of `records` byte-swapped in place, nested fields and shaped ones too."""
+    for name in records.dtype.names:
+        field = records[name]
+        if field.dtype.names is not None:
+            _swap_fields(field)
+        else:
+            field.byteswap(inplace=True)
 
 
 def _copy_range(source: int, target: int, begin: int, offset: int, length: int,

@@ -160,6 +160,10 @@ class BinaryDump(Source):
         """Records start..stop-1 into `fd` at `offset`; their CRC-32 (Dump.write_records)."""
         return self.dump.write_records(start, stop, fd, offset)
 
+    def values_crc32(self, start: int, stop: int) -> int:
+        """The CRC-32 of records start..stop-1's values (Dump.values_crc32)."""
+        return self.dump.values_crc32(start, stop)
+
     def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
         for first in range(start, self.count, size):
             yield self, first, min(size, self.count - first)
