@@ -1,6 +1,8 @@
-"""A text table's encoding: UTF-8 when the bytes say so, else charset-normalizer's
-guess among the encodings that decode every byte looked at, with a correction for
-Chinese text that it cannot tell from Big5 or Korean on a few characters.
+"""A text file's encoding (a table, a labels file): UTF-8 when the bytes say so, else
+charset-normalizer's guess among the encodings that decode every byte looked at, with
+corrections for Chinese text that it cannot tell from Big5, Korean, a Western single-byte
+encoding or even UTF-8 on a few characters (a GBK export whose only Chinese is one column
+name, as Chinese-language Excel and WPS write them).
 
 The bytes looked at (`encoding_probe`): the first MiB, and for a longer file whole
 lines from its middle and its end, so that accented names first met at row 50,000
@@ -46,7 +48,7 @@ def detect_encoding(path: Path, sample: bytes, final: bool = False) -> str:
     if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
     if _decodes(sample, "utf-8", final):
-        return "utf-8"
+        return "gb18030" if _stray_utf8(sample) and _reads_as_chinese(sample, final) else "utf-8"
     from charset_normalizer import from_bytes
 
     steps = max(5, min(DETECT_STEPS, len(sample) // DETECT_CHUNK))
@@ -63,7 +65,10 @@ def detect_encoding(path: Path, sample: bytes, final: bool = False) -> str:
             raise PackerError(f"{path}: cannot tell the text encoding; pass --encoding "
                               "(for example gbk, latin-1, cp1252)")
         return _canon(matches[0].encoding)  # reading names the first byte it cannot decode
-    return _gb_or_not(sample, next(iter(chaos)), chaos, final)
+    guess = next(iter(chaos))
+    if guess not in _DOUBLE_BYTE and guess != "gb18030" and _reads_as_chinese(sample, final):
+        return "gb18030"  # over a single-byte Western guess: Æ½¾ù°ë¾¶ is 平均半径
+    return _gb_or_not(sample, guess, chaos, final)
 
 
 DETECT_CHUNK = 4096  # bytes per chunk that charset-normalizer looks at
@@ -83,6 +88,34 @@ def _decodes(sample: bytes, encoding: str, final: bool) -> bool:
         return True
     except (UnicodeDecodeError, LookupError):
         return False
+
+
+def _reads_as_chinese(sample: bytes, final: bool) -> bool:
+    """Whether the bytes read as GB18030 give Chinese text: every non-ASCII character a
+    CJK ideograph (or CJK punctuation, or a full-width form), at least one ideograph, each
+    written as one of GB2312's byte pairs (both bytes 0xA1 or above). Accented Latin text
+    rarely does: its accented letters stand beside ASCII ones, which no pair takes."""
+    if not _decodes(sample, "gb18030", final):
+        return False
+    wide = {c for c in sample.decode("gb18030", errors="ignore") if ord(c) > 0x7F}
+    if not any(0x3400 <= ord(c) <= 0x9FFF for c in wide):
+        return False
+    for char in wide:
+        code = ord(char)
+        if not (0x3400 <= code <= 0x9FFF or 0x3000 <= code <= 0x303F or 0xFF00 <= code <= 0xFFEF):
+            return False
+        pair = char.encode("gb18030")
+        if len(pair) != 2 or min(pair) < 0xA1:
+            return False
+    return True
+
+
+def _stray_utf8(sample: bytes) -> bool:
+    """Whether the bytes, read as UTF-8, give only letters of no living alphabet: two-byte
+    sequences in Latin Extended-B, IPA or the spacing modifiers (U+0180..U+02FF), as a GBK
+    character or two do by chance (平 is C6 BD, the UTF-8 of ƽ)."""
+    wide = {c for c in sample.decode("utf-8", errors="ignore") if ord(c) > 0x7F}
+    return bool(wide) and all(0x180 <= ord(c) <= 0x2FF for c in wide)
 
 
 def _gb_or_not(sample: bytes, guess: str, chaos: dict, final: bool) -> str:

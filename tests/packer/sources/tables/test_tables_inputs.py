@@ -26,6 +26,35 @@ def test_a_gbk_header_over_numbers_is_read_as_gb18030(first, second, tmp_path):
     assert detect_encoding(tmp_path, text.encode("gbk")) == "gb18030"
 
 
+@pytest.mark.parametrize("name", ["平", "平均", "平均半径"])
+def test_a_gbk_export_whose_only_chinese_is_one_column_name_keeps_it(name, tmp_path):
+    """As pandas (and Chinese-language Excel and WPS) write GBK: the name is the only
+    non-ASCII text, over a breast-cancer-like table of numbers."""
+    rows = {"id": range(200), name: [i / 7 for i in range(200)],
+            "texture": [i % 13 for i in range(200)], "y": [i % 2 for i in range(200)]}
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False, encoding="gbk")
+    run("pack", tmp_path / "t.csv", "--label-column", "y", "-o", tmp_path / "o", "-q")
+    assert packer.load_manifest(tmp_path / "o")["table"]["features"] == ["id", name, "texture"]
+
+
+@pytest.mark.parametrize("label", ["肿", "良性", "良性肿瘤"])
+def test_a_gbk_export_whose_only_chinese_is_in_its_cells_keeps_it(label, tmp_path):
+    """(A lone character whose bytes are also a Hangul syllable, 良 and 좁, stays as
+    charset-normalizer reads it: nothing in two bytes tells the two apart.)"""
+    rows = {"x": range(60), "diagnosis": [label if i % 2 else "B" for i in range(60)]}
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False, encoding="gbk")
+    run("pack", tmp_path / "t.csv", "--label-column", "diagnosis", "-o", tmp_path / "o", "-q")
+    assert packer.load_manifest(tmp_path / "o")["classes"] == sorted(["B", label])
+
+
+def test_a_western_table_with_accented_names_stays_cp1252(tmp_path):
+    names = ["François", "Zoë", "José", "Müller", "Ångström", "Æble", "Søren", "Évora"]
+    text = "name,score\n" + "".join(f"{names[i % 8]},{i}\n" for i in range(80))
+    assert detect_encoding(tmp_path, text.encode("cp1252")) == "cp1252"
+    russian = "вид,банк\n1,2\n"  # UTF-8 two-byte letters GB2312 could also read
+    assert detect_encoding(tmp_path, russian.encode("utf-8")) == "utf-8"
+
+
 def test_other_double_byte_tables_keep_their_encoding(tmp_path):
     big5 = "編號,姓名,診斷結果,體重\n" + "".join(f"{i},陳大文,{['良性', '惡性'][i % 2]},{i}\n"
                                                for i in range(30))
