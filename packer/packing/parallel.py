@@ -51,7 +51,10 @@ _PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for this process when it
 
 def _start_worker(parent: int) -> None:
     """A worker dies with the process that started it: a worker orphaned by the OOM
-    killer must not go on writing spool files that a resumed run could read."""
+    killer must not go on writing spool files that a resumed run could read. Ctrl-C,
+    which the terminal sends to every process of its group, is the main process's to
+    answer: it stops the workers and says what is kept, and the workers say nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):

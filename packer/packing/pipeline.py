@@ -66,6 +66,16 @@ def check_paths(source, out: Path, options: PackOptions) -> None:
                            "it, choose another -o")
 
 
+def _make_parents(out: Path) -> None:
+    """The folders above `out`, made where missing (as `unpack -o` and `train fit --out`
+    make theirs)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PackerError(f"-o {out}: cannot make the folder {out.parent} "
+                          f"({err.strerror}); choose an -o in a folder you can write to") from None
+
+
 def _shape(source, module) -> str:
     """The first of the shapes the source offers that the format's writer takes."""
     return next(shape for shape in (*source.SHAPES, SAMPLES) if shape in module.SHAPES)
@@ -315,6 +325,7 @@ def pack_local(path, out, options: PackOptions, on_part=None) -> dict:
     path, out = path if is_s3(path) else Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
+    _make_parents(out)
     if options.engine == "ray":
         check_cluster(options.address)  # before the scan: an error now, not after it
     with output_lock(out):

@@ -160,3 +160,12 @@ def test_a_jpeg_cut_after_its_thumbnail_is_truncated():
     assert check_file("jpg", whole, "header") is None
     cut = whole[:-2]  # the last FF D9 left is the thumbnail's, before the image's scan
     assert "truncated JPEG" in check_file("jpg", cut, "header")
+
+
+def test_an_output_in_missing_folders_makes_them(image_folder, tmp_path):
+    out = tmp_path / "runs" / "week1" / "images-wds"
+    run("pack", image_folder, "-o", out, "-q")
+    assert packer.load_manifest(out)["count"] > 0
+    (tmp_path / "a-file").write_text("not a folder")
+    refused = run("pack", image_folder, "-o", tmp_path / "a-file" / "sub" / "o", expect=1)
+    assert "cannot make the folder" in refused.output and "Traceback" not in refused.output

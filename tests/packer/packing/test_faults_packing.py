@@ -235,3 +235,42 @@ def test_a_dump_cut_while_it_is_packed_is_one_message(tmp_path):
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert f"{dump}: the file shrank while it was read" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+SLOW_WORKERS = """
+import sys, time
+import packer.packing.parallel as parallel
+def slow(pair):
+    time.sleep(1)
+    function, item = pair
+    return function(item)
+original = parallel.ordered_map
+def ordered_map(function, items, workers):
+    return original(slow, ((function, item) for item in items), workers)
+parallel.ordered_map = ordered_map
+from packer.cli import main
+sys.argv = ["packer", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_with_workers_is_one_quiet_stop(tmp_path):
+    """Ctrl-C reaches every process of the terminal's group: the workers stop without a
+    word, the main process says what is kept, and --resume finishes the pack."""
+    source = image_tree(tmp_path / "a", ["x", "y"], 300)
+    out = tmp_path / "out"
+    args = ["pack", str(source), "-o", str(out), "--workers", "2", "--max-count", "5", "-q"]
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, *args], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    for _ in range(400):
+        if (tmp_path / "out.partial" / "progress.json").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert not out.exists()
+    run("pack", source, "-o", out, "--max-count", "5", "--resume", "-q")
+    assert packer.load_manifest(out)["count"] == 600
