@@ -181,6 +181,7 @@ def config_options(*names: str):
 
 
 @click.group(cls=PackerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(packer.__version__, prog_name="train")
 def cli():
     """Train a model straight from a packed dataset (packer's output).
 
@@ -195,8 +196,12 @@ def cli():
 @click.argument("data")
 @click.option("--out", default="runs/exp", show_default=True,
               help="Folder for checkpoints, metrics.jsonl, summary.json, TensorBoard logs.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's figures as one JSON line at the end (best_epoch, "
+                   "epochs_run, stopped_early, samples_per_s, data_wait_share); summary.json "
+                   "in --out holds everything.")
 @config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, *FIT)
-def fit(data, out, **options):
+def fit(data, out, as_json, **options):
     """Fit a model to DATA, validating every epoch and keeping the best checkpoint.
 
     \b
@@ -209,8 +214,10 @@ def fit(data, out, **options):
     from train.loop import fit as run_fit
 
     summary = run_fit(TrainConfig(data=data, out=out, **options))
-    click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run", "stopped_early",
-                                                     "samples_per_s", "data_wait_share")}))
+    if as_json:
+        click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run",
+                                                         "stopped_early", "samples_per_s",
+                                                         "data_wait_share")}))
 
 
 @cli.command()

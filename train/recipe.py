@@ -146,7 +146,7 @@ def _length(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
         budget = STEP_BUDGET[info.kind]
         epochs = min(max(math.ceil(budget / steps), MIN_EPOCHS), MAX_EPOCHS)
         picks.append(Choice("epochs", epochs, f"a budget of {budget:,} optimizer steps at "
-                            f"{steps:,} a epoch ({MIN_EPOCHS} to {MAX_EPOCHS} epochs)"))
+                            f"{steps:,} an epoch ({MIN_EPOCHS} to {MAX_EPOCHS} epochs)"))
         config.epochs = epochs
     if config.patience is None and (config.val is not None or config.val_split > 0):
         patience = max(5, config.epochs // 4)

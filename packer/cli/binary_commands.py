@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from packer.sources.binary import shipped_spec_names
+
 
 class _ByteOffset(click.ParamType):
     """A byte count in decimal or 0x hex, `least` or more."""
@@ -32,7 +34,7 @@ class _ByteOffset(click.ParamType):
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--spec", "spec", metavar="SPEC",
               help="Spec file (.toml) describing the header and records, or the name of a "
-                   "shipped spec: imu, pcm16, mnist-idx, mnist-idx-labels.")
+                   f"shipped spec: {', '.join(shipped_spec_names())}.")
 @click.option("--hex", "hex_view", is_flag=True,
               help="Show the bytes: without --spec as offset | hex | ASCII with hints for "
                    "writing a spec; with --spec each field's bytes and decoded value.")

@@ -22,6 +22,7 @@ from packer.packing.options import PackOptions, check_pack_options
 from packer.packing.parallel import ENGINES, tune_for_packing
 from packer.packing.transform import RESIZE_MODES
 from packer.sources import recorded_kind
+from packer.sources.binary import shipped_spec_names
 from packer.sources.files.checks import CHECK_MODES
 
 
@@ -83,8 +84,8 @@ from packer.sources.files.checks import CHECK_MODES
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @click.option("--spec", metavar="SPEC",
-              help="Binary input: a spec file (.toml) or a shipped spec (wav, aiff, "
-                   "kitti-velodyne, imu, pcm16, mnist-idx, mnist-idx-labels); SOURCE is then a "
+              help="Binary input: a spec file (.toml) or a shipped spec ("
+                   f"{', '.join(shipped_spec_names())}); SOURCE is then a "
                    "dump, or a folder of small binary files (gzip, bz2, xz read as their "
                    "contents), e.g. --spec wav.")
 @click.option("--window", type=click.IntRange(min=1),

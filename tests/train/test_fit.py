@@ -296,3 +296,12 @@ def test_fit_reads_raw_pixel_datasets_without_options(colours, tmp_path):
                    "--batch-size", "16", "--workers", "0", "--lr", "3e-3")
     assert "image size 12: the images' own size" in output
     assert json.loads((out / "summary.json").read_text())["best"]["val"]["accuracy"] >= 0.8
+
+
+def test_fit_ends_on_its_closing_line_and_gives_json_when_asked(colours, tmp_path):
+    plain = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "1", *COMMON)
+    assert plain.strip().splitlines()[-1].startswith("best epoch 1 of 1")
+    assert "{" not in plain.strip().splitlines()[-1] and " a epoch" not in plain
+    asked = train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "1", "--json",
+                  *COMMON)
+    assert json.loads(asked.strip().splitlines()[-1])["epochs_run"] == 1

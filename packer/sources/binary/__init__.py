@@ -21,6 +21,7 @@ is): the names above are imported when first used.
 """
 
 import importlib
+import importlib.resources
 from pathlib import Path
 
 from packer.sources.base import Applies, Kind
@@ -28,8 +29,15 @@ from packer.sources.base import Applies, Kind
 _API = {"Check": "dump", "Dump": "dump", "DumpError": "dump", "examine_dump": "dump",
         "open_dump": "dump", "Windows": "records", "record_arrays": "records",
         "window_arrays": "records", "Spec": "spec", "SpecError": "spec", "load_spec": "spec",
-        "parse_spec": "spec", "shipped_spec_names": "spec"}
-__all__ = sorted(_API)
+        "parse_spec": "spec"}
+__all__ = sorted([*_API, "shipped_spec_names"])
+
+
+def shipped_spec_names() -> list[str]:
+    """The specs that ship in specs/, loadable by name (`--spec wav`): the one list that
+    every --help and message shows."""
+    folder = Path(str(importlib.resources.files(__name__).joinpath("specs")))
+    return sorted(path.stem for path in folder.glob("*.toml"))
 
 
 def __getattr__(name: str):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from packer.errors import PackerError, UsageProblem
+from packer.sources.binary import shipped_spec_names
 from packer.sources.binary.fields import Field, check_keys, is_int, parse_field
 
 BYTE_ORDERS = {"little": "<", "big": ">"}
@@ -74,10 +75,6 @@ class Spec:
 
 def _shipped_specs() -> Path:
     return Path(str(resources.files("packer.sources.binary").joinpath("specs")))
-
-
-def shipped_spec_names() -> list[str]:
-    return sorted(p.stem for p in _shipped_specs().glob("*.toml"))
 
 
 def resolve_spec_path(spec: str | Path) -> Path:

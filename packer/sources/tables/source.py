@@ -48,6 +48,12 @@ SAMPLE_ROWS = 10_000  # rows that decide which columns are numeric
 BLOCK_BYTES = 4 << 20  # bytes of features per block of columns
 
 
+def _mostly_text(series: pd.Series) -> bool:
+    """Whether most filled cells of `series` are not numbers."""
+    filled = series.dropna()
+    return bool(len(filled)) and pd.to_numeric(filled, errors="coerce").isna().mean() > 0.5
+
+
 class TableSource(Source):
     """One table, checked and spooled; picklable (workers read the spool). A table
     keyed by its row numbers is also offered as blocks of columns."""
@@ -99,6 +105,26 @@ class TableSource(Source):
             [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns]).encode()).hexdigest()
         self.table_info = self.table.describe()
         del self.table  # an Excel sheet is held whole; the spool is all that is needed now
+
+    def _nothing_left_text(self) -> str:
+        """Why --na drop left no row: the feature columns that hold no number at all (text
+        columns, most likely), else those with the most gaps, and the unlabelled rows."""
+        empty = [name for name, n in zip(self.features, self.na_cells, strict=True)
+                 if n == self.rows]
+        gappy = sorted(((int(n), name) for name, n in zip(self.features, self.na_cells,
+                                                          strict=True) if n), reverse=True)
+        if empty:
+            shown = ", ".join(repr(name) for name in empty[:5])
+            verb = "hold" if len(empty) > 1 else "holds"
+            why = (f"{shown} {verb} no number in any row (text?): --categorical NAME maps "
+                   "a text column to ids, --drop-columns NAME leaves it out")
+        elif gappy:
+            why = "the most empty or non-numeric cells: " + ", ".join(
+                f"{name!r} ({n:,})" for n, name in gappy[:5])
+        else:
+            why = f"{self.unlabelled_rows:,} rows have no usable label"
+        return (f"{self.path}: --na drop left no rows: each of the {self.rows:,} rows has an "
+                f"empty or non-numeric cell; {why}")
 
     # -- the pass over the table -------------------------------------------------------
 
@@ -156,8 +182,7 @@ class TableSource(Source):
             raise PackerError(f"{self.path}: the header (row {self.table.header_row}) is "
                               "followed by no data rows")
         if not self.count:
-            raise PackerError(f"{self.path}: --na drop left no rows: each of the "
-                              f"{self.rows:,} rows has an empty or non-numeric cell")
+            raise PackerError(self._nothing_left_text())
         self._finish_labels(label_names)
         self._finish_stats(stats, cat_counts)
         if self.cols.key:
@@ -251,10 +276,14 @@ class TableSource(Source):
             what = ("must hold 0 or 1 (several label columns are a multi-hot target)"
                     if self.multi and self.task == "classify" else
                     "is empty" if self.classify else "is not a number")
-            raise PackerError(first_problems(self.path, self.table, name, frame[name], col_bad,
-                                             offset, role="label column")
-                              + f": every row needs a label, and this one {what}; pass "
-                              "--na drop to leave such rows out")
+            problem = first_problems(self.path, self.table, name, frame[name], col_bad,
+                                     offset, role="label column")
+            if not self.classify and _mostly_text(frame[name]):
+                raise PackerError(f"{problem}: the label column {name!r} holds text, and "
+                                  "--task regress needs a number in every row; leave out "
+                                  "--task regress to take its values as classes")
+            raise PackerError(f"{problem}: every row needs a label, and this one {what}; "
+                              "pass --na drop to leave such rows out")
         return labels, bad
 
     def _label_ok(self, series: pd.Series) -> np.ndarray:

@@ -98,3 +98,23 @@ def test_any_file_type_is_carried_as_bytes(fmt, tmp_path):
     run("unpack", tmp_path / "p", "-o", tmp_path / "back", "-q")
     for path in root.iterdir():
         assert (tmp_path / "back" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_every_shipped_spec_is_listed_in_the_help_that_takes_one():
+    from packer.sources.binary import shipped_spec_names
+
+    names = shipped_spec_names()
+    assert {"wav", "aiff", "kitti-velodyne", "imu"} <= set(names)
+    for command in ("pack", "inspect-binary"):
+        text = " ".join(run(command, "--help").output.split()).replace("- ", "-")
+        assert all(name in text for name in names), command
+
+
+def test_both_programs_tell_their_version():
+    import subprocess
+    import sys
+
+    for program in ("packer", "train"):
+        done = subprocess.run([sys.executable, "-m", program, "--version"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and f"{program}, version 0.1.0" in done.stdout

@@ -158,3 +158,20 @@ def test_a_bool_among_numbers_is_a_bad_cell_and_a_bool_column_a_feature(tmp_path
         "-o", tmp_path / "d", "-q")
     with h5py.File(tmp_path / "d") as file:
         assert file["features"][:].tolist() == [[1, 1], [2, 0], [4, 0]]
+
+
+def test_regress_on_a_text_label_says_the_label_is_text(tmp_path):
+    rows = "x,species\n" + "".join(f"{i},{['Adelie', 'Gentoo'][i % 2]}\n" for i in range(30))
+    (tmp_path / "p.csv").write_text(rows)
+    out = run("pack", tmp_path / "p.csv", "--label-column", "species", "--task", "regress",
+              "-o", tmp_path / "o", expect=1).output
+    assert "the label column 'species' holds text" in out and "--na drop" not in out
+
+
+def test_na_drop_that_leaves_nothing_names_the_text_column(tmp_path):
+    rows = "x,island,y\n" + "".join(f"{i},{['Biscoe', 'Dream'][i % 2]},{i % 2}\n"
+                                     for i in range(30))
+    (tmp_path / "p.csv").write_text(rows)
+    out = run("pack", tmp_path / "p.csv", "--label-column", "y", "--feature-columns", "x,island",
+              "--na", "drop", "-o", tmp_path / "o", expect=1).output
+    assert "left no rows" in out and "'island' holds no number in any row" in out
