@@ -72,16 +72,21 @@ def mnist_files(folder: Path, count: int = 40) -> None:
         struct.pack(">II", 0x801, count) + (np.arange(count) % 10).astype(np.uint8).tobytes())
 
 
+def wav_file(path: Path, frames: int, rng) -> None:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(8000)
+        out.writeframes(rng.integers(-3000, 3000, frames, dtype=np.int16).tobytes())
+
+
 def wav_folder(folder: Path) -> None:
     rng = np.random.default_rng(2)
+    wav_file(folder.parent / "long.wav", 40_000, rng)
     for label in ("dog", "cat"):
         (folder / label).mkdir(parents=True)
         for i in range(4):
-            with wave.open(str(folder / label / f"{i}.wav"), "wb") as out:
-                out.setnchannels(1)
-                out.setsampwidth(2)
-                out.setframerate(8000)
-                out.writeframes(rng.integers(-3000, 3000, 800, dtype=np.int16).tobytes())
+            wav_file(folder / label / f"{i}.wav", 800, rng)
 
 
 def tables(folder: Path) -> None:
@@ -100,7 +105,7 @@ def tables(folder: Path) -> None:
 @pytest.fixture(scope="module")
 def base_data(tmp_path_factory) -> Path:
     """The inputs that the pages name: ./images, imu.bin and imu.toml, MNIST's files,
-    ./wavs, export.xlsx, big.csv."""
+    ./wavs and long.wav, export.xlsx, big.csv."""
     base = tmp_path_factory.mktemp("doc-data")
     colour_images(base / "images", [(200, 30, 30), (30, 200, 30), (30, 30, 200)], 40, 20.0)
     imu_dump(base / "imu.bin")

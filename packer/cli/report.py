@@ -56,7 +56,8 @@ def pack_text(manifest: dict, out: Path) -> str:
     lines = [f"packed {plural(s['packed'], 'sample')} ({_mb(s['bytes'])}) into {out} as "
              f"{s['format']} ({s['parts']} {unit}) in {s['seconds']:.1f} s: "
              f"{s['samples_per_s'] or 0:,.0f} samples/s, {s['mb_per_s'] or 0:,.1f} MB/s"]
-    lines += filter(None, [layout.layout_text(manifest), reencoded_text(manifest)])
+    lines += filter(None, [layout.layout_text(manifest), reencoded_text(manifest),
+                           _growth_text(manifest, s["output_bytes"])])
     where = f"{out}/{MANIFEST_NAME}"
     if manifest["skipped"]:
         lines.append(f"skipped {plural(s['skipped'], 'input')}:")
@@ -84,6 +85,23 @@ def pack_text(manifest: dict, out: Path) -> str:
         rows = plural(len(names), "row of the labels file names", "rows of the labels file name")
         lines.append(f"{rows} no file: {names_text(names)}")
     return "\n".join(lines + _labels_lines(manifest))
+
+
+GROWTH_LIMIT = 10  # stored bytes per input byte past which a summary says so
+
+
+def _growth_text(manifest: dict, stored: int) -> str | None:
+    """A pack that stores far more than it read: many tiny samples, each paying the
+    format's own bytes (a tar member's headers, an LMDB entry)."""
+    read = manifest["source"].get("bytes") or 0
+    if not read or stored <= GROWTH_LIMIT * read:
+        return None
+    per_sample = stored / max(1, manifest["count"])
+    return (f"note: stored {_mb(stored)}, {stored / read:,.0f} times the {_mb(read)} read, "
+            f"{per_sample:,.0f} bytes a sample: each of the {manifest['count']:,} samples pays "
+            "the format's own bytes. Fewer, larger samples store less: --window N for a dump "
+            "(N records a sample), sample = \"file\" in a spec that describes a whole file, "
+            "or --to hdf5")
 
 
 def _labels_lines(manifest: dict) -> list[str]:

@@ -169,7 +169,7 @@ def _plain_spec(spec: Spec, order: str, fields: list, data_offset: int, record: 
     header = Layout("header", data_offset, tuple(fields))
     byte_order = "little" if order == "<" else "big"
     return Spec(spec.source, byte_order, header, record, *count, "ignore", spec.description,
-                None, derived)
+                None, derived, sample="file")
 
 
 def _aiff_spec(file, start: bytes, size: int, spec: Spec) -> Spec:

@@ -60,7 +60,7 @@ class BinaryDump(Source):
             raise PackerError(f"{self.path}: nothing to pack, the dump holds no records "
                               f"({layout})")
         self.windows = (Windows(self.dump.count, options.window, options.stride or options.window)
-                        if options.window else None)
+                        if options.window else self._whole_file())
         self.count = self.windows.count if self.windows else self.dump.count
         if options.window and not self.count:
             raise UsageProblem(f"{self.path}: {self.dump.count:,} records make no window of "
@@ -79,6 +79,13 @@ class BinaryDump(Source):
         self.fingerprint = hashlib.sha256(json.dumps(
             [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns, repr(self.spec)]
         ).encode()).hexdigest()
+
+    def _whole_file(self) -> Windows | None:
+        """One window of every record where the spec describes a whole file (sample =
+        "file": a WAV, a scan), so that one file is one sample, as in a folder of them."""
+        if self.spec.sample != "file":
+            return None
+        return Windows(self.dump.count, self.dump.count, self.dump.count)
 
     def _check_label_field(self) -> None:
         if self.label_field is None:

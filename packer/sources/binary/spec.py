@@ -20,7 +20,9 @@ from packer.sources.binary.fields import Field, check_keys, is_int, parse_field
 BYTE_ORDERS = {"little": "<", "big": ">"}
 TRAILING_RULES = ("error", "ignore")
 COUNT_UNITS = ("records", "bytes")
-_TOP_KEYS = ("description", "byte_order", "header", "record", "count", "trailing", "container")
+_TOP_KEYS = ("description", "byte_order", "header", "record", "count", "trailing", "container",
+             "sample")
+SAMPLE_UNITS = ("record", "file")  # what one sample of a dump is: a record, or the whole file
 CONTAINERS = ("riff", "aiff")  # chunked files, whose layout is read from their chunks
 
 
@@ -56,6 +58,7 @@ class Spec:
     description: str = ""
     container: str | None = None  # "riff" or "aiff": each file's layout is in its chunks
     derived: tuple = ()  # (name, value) pairs a chunk reader decoded (AIFF's sample rate)
+    sample: str = "record"  # "file": the spec describes a whole file (a sound, a scan)
 
     @property
     def field_names(self) -> list[str]:
@@ -128,8 +131,12 @@ def spec_from_dict(data: dict, source: str = "<spec>") -> Spec:
     trailing = data.get("trailing", "error")
     if trailing not in TRAILING_RULES:
         fail(f"trailing = {trailing!r}: use \"error\" or \"ignore\"")
+    sample = data.get("sample", "record")
+    if sample not in SAMPLE_UNITS:
+        fail(f"sample = {sample!r}: use \"record\" (one sample per record, the default) or "
+             "\"file\" (one sample per file: a sound, a scan)")
     return Spec(source, byte_order, header, record, count_from, count_field, count_unit,
-                trailing, str(data.get("description", "")))
+                trailing, str(data.get("description", "")), sample=sample)
 
 
 def _container_spec(data: dict, source: str, fail) -> Spec:
@@ -145,7 +152,7 @@ def _container_spec(data: dict, source: str, fail) -> Spec:
     empty = Layout("header", 0, ())
     return Spec(source, "big" if container == "aiff" else "little", empty,
                 Layout("record", 0, ()), "file_size", None, "records", "ignore",
-                str(data.get("description", "")), container)
+                str(data.get("description", "")), container, sample="file")
 
 
 def _table(data: dict, key: str, fail, default: dict | None = None) -> dict:

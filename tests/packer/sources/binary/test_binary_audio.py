@@ -42,13 +42,15 @@ def test_wav_files_of_every_width_and_channel_count_pack_with_the_wav_spec(bits,
         assert values.tolist() == written[key].tolist()
 
 
-def test_a_24_bit_stereo_wav_as_one_dump_gives_sign_extended_frames(tmp_path):
+def test_one_24_bit_stereo_wav_is_one_sample_of_sign_extended_frames(tmp_path):
     values = pcm_frames(500, 2, 24)
     (tmp_path / "a.wav").write_bytes(wav_bytes(values, 24, before=EXTRA_BEFORE))
     for fmt in ("hdf5", "webdataset"):
         out = tmp_path / fmt
         run("pack", tmp_path / "a.wav", "--spec", "wav", "--to", fmt, "-o", out, "-q")
-        frames = np.stack([values_of(s) for s in decoded(out)])
+        samples = decoded(out)
+        assert len(samples) == 1  # one file, one sample, as in a folder of them
+        frames = values_of(samples[0])
         assert frames.dtype == np.int32 and frames.tolist() == values.tolist()
         manifest = packer.load_manifest(out)
         assert manifest["source"]["header"]["bits_per_sample"] == 24
@@ -61,7 +63,7 @@ def test_a_float_wav_with_a_fact_chunk(tmp_path):
     values = np.random.default_rng(1).standard_normal((64, 2)).astype(np.float32)
     (tmp_path / "f.wav").write_bytes(float_wav_bytes(values))
     run("pack", tmp_path / "f.wav", "--spec", "wav", "-o", tmp_path / "o", "-q")
-    assert np.stack([values_of(s) for s in decoded(tmp_path / "o")]).tolist() == values.tolist()
+    assert [values_of(s).tolist() for s in decoded(tmp_path / "o")] == [values.tolist()]
 
 
 @pytest.mark.parametrize("bits,compression", [(16, None), (8, None), (24, b"NONE"),
@@ -73,7 +75,7 @@ def test_aiff_and_aifc_pack_with_the_aiff_spec(bits, compression, tmp_path):
     (tmp_path / "a.aiff").write_bytes(aiff_bytes(values, bits, 44100.0, compression,
                                                  before=[(b"MARK", b"\0\0")]))
     run("pack", tmp_path / "a.aiff", "--spec", "aiff", "-o", tmp_path / "o", "-q")
-    assert np.stack([values_of(s) for s in decoded(tmp_path / "o")]).tolist() == values.tolist()
+    assert [values_of(s).tolist() for s in decoded(tmp_path / "o")] == [values.tolist()]
     header = packer.load_manifest(tmp_path / "o")["source"]["header"]
     assert header["sample_rate"] == 44100.0 and header["num_frames"] == 70
 
@@ -110,7 +112,7 @@ def test_wav_refusals_name_the_field_and_offset(tmp_path):
     assert "header.data_bytes says 30 records" in out and "--tail drop" in out
     run("pack", tmp_path / "cut.wav", "--spec", "wav", "--tail", "drop", "-o", tmp_path / "o",
         "-q")
-    assert len(decoded(tmp_path / "o")) == 24
+    assert [len(values_of(s)) for s in decoded(tmp_path / "o")] == [24]
     (tmp_path / "not.wav").write_bytes(b"OggS" + bytes(40))
     out = run("pack", tmp_path / "not.wav", "--spec", "wav", "-o", tmp_path / "p",
               expect=1).output
@@ -134,3 +136,38 @@ def test_a_folder_of_velodyne_scans_packs_each_with_its_own_count(tmp_path):
     skipped = packer.load_manifest(tmp_path / "p")["skipped"]
     assert [s["path"] for s in skipped] == ["bad.bin"] and "2 trailing bytes" in \
         skipped[0]["reason"]
+
+
+def test_a_whole_file_spec_gives_one_sample_alone_or_in_a_folder(tmp_path):
+    """A WAV and a KITTI scan, each packed alone and in a folder: one sample per file;
+    --window still cuts a long recording into samples."""
+    values = pcm_frames(16000, 1, 16)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "a.wav").write_bytes(wav_bytes(values, 16))
+    values = values[:, 0]  # mono: one value a frame
+    points = np.random.default_rng(3).standard_normal((1000, 4)).astype("<f4")
+    (tmp_path / "scan.bin").write_bytes(points.tobytes())
+    for source, spec, field, expected in ((tmp_path / "one" / "a.wav", "wav", "sample.npy",
+                                           values), (tmp_path / "one", "wav", "sample.npy",
+                                                     values),
+                                          (tmp_path / "scan.bin", "kitti-velodyne",
+                                           "point.npy", points)):
+        out = tmp_path / f"o-{source.name}"
+        summary = run("pack", source, "--spec", spec, "-o", out).output
+        samples = decoded(out)
+        assert len(samples) == 1, source
+        assert values_of(samples[0], field).tolist() == expected.tolist()
+        assert "times the" not in summary
+        assert sum(p["bytes"] for p in packer.load_manifest(out)["parts"]) < 3 * 33_000 + 40_000
+    run("pack", tmp_path / "one" / "a.wav", "--spec", "wav", "--window", "4000", "-o",
+        tmp_path / "windows", "-q")
+    assert [len(values_of(s)) for s in decoded(tmp_path / "windows")] == [4000] * 4
+
+
+def test_a_pack_that_stores_ten_times_its_input_says_so(tmp_path):
+    (tmp_path / "ticks.toml").write_text('byte_order = "little"\ncount = {from = "file_size"}\n'
+                                         '[record.fields]\nticks = {type = "i2"}\n')
+    (tmp_path / "ticks.bin").write_bytes(np.arange(500, dtype="<i2").tobytes())
+    out = run("pack", tmp_path / "ticks.bin", "--spec", tmp_path / "ticks.toml", "-o",
+              tmp_path / "o").output
+    assert "times the" in out and "--window N" in out
