@@ -6,6 +6,7 @@ pixels as `a.rgb.npy`; of `a.png` and `a.tif`, packed apart, `a.tif` comes back 
 s3://) come back as their members, each a file named as in the tar."""
 
 import csv
+import io
 import json
 import shutil
 from pathlib import Path, PurePosixPath
@@ -17,6 +18,8 @@ from packer.manifest import layout_label, partial_path
 from packer.packing.transform import reencoded_text
 from packer.read.dataset import iter_samples, open_packed, open_parts, plain_shards
 from packer.sample import DISAMBIGUATOR, KEY, field_bytes, restored_path
+from packer.sources.binary.source import AUDIO_FIELD
+from packer.sources.binary.wav import wav_bytes
 from packer.storage.url import is_s3
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
@@ -99,14 +102,33 @@ def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> li
     with_labels = manifest["source"]["labels"] != "folders"
     reencoded = "transform" in manifest
     label_rows = []
+    sounds = manifest["source"].get("kind") == "binary-files"
     for sample in tqdm(samples, total=manifest["count"], unit="sample", disable=not progress,
                        desc="unpacking"):
-        paths = [files.write(_member_path(sample[KEY], field, reencoded), sample[KEY],
-                             value if type(value) is bytes else field_bytes(value))
-                 for field, value in sample.items() if field not in (KEY, label)]
+        paths = _write_sound(sample, files) if sounds else []
+        paths += [files.write(_member_path(sample[KEY], field, reencoded), sample[KEY],
+                              value if type(value) is bytes else field_bytes(value))
+                  for field, value in sample.items() if field not in (KEY, label)]
         if with_labels and label in sample and paths:
             label_rows.append((paths[0], classes[sample[label]] if classes else sample[label]))
     return label_rows
+
+
+SOUND_FIELD = "sample.npy"  # a chunked sound's samples (packer/sources/binary/chunks.py)
+
+
+def _write_sound(sample: dict, files: _Files) -> list[str]:
+    """A sound packed from a WAV file (its samples and audio.json) written back as a WAV
+    file; its two fields are taken out of `sample`."""
+    header = json.loads(field_bytes(sample.get(AUDIO_FIELD, b"null")) or b"null")
+    if not header or header.get("container") != "riff" or SOUND_FIELD not in sample:
+        return []
+    import numpy as np
+
+    values = np.load(io.BytesIO(field_bytes(sample.pop(SOUND_FIELD))), allow_pickle=False)
+    del sample[AUDIO_FIELD]
+    return [files.write(restored_path(sample[KEY], "wav"), sample[KEY],
+                        wav_bytes(values, header))]
 
 
 def _member_path(key: str, field: str, reencoded: bool) -> str:

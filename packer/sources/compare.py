@@ -104,8 +104,7 @@ class Folder:
         self.seen: set[str] = set()
 
     def check(self, sample: dict) -> list[str]:
-        from packer.sources.binary.dump import open_dump
-        from packer.sources.binary.records import record_arrays
+        from packer.sources.binary.source import file_fields
         from packer.sources.files.scan import SIDECAR_FIELDS
 
         found = self.files.get(sample[KEY])
@@ -118,12 +117,11 @@ class Folder:
                 expected[field] = (self.folder / rel).read_bytes()
                 continue
             try:
-                dump = open_dump(self.folder / rel, self.source.spec, self.source.tail)
-                arrays = record_arrays(dump.records(), dump.spec)
+                expected.update(file_fields(self.folder / rel, self.source.spec,
+                                            self.source.tail))
             except PackerError as err:
                 problems.append(f"{rel}: packed, but it does not read with the spec now: {err}")
                 continue
-            expected.update({f"{name}.npy": field_bytes(values) for name, values in arrays.items()})
         if self.label and found.label is not None:
             expected[self.label] = found.label
         problems += [f"{found.files[0][1]}: field {name} differs from the source file"

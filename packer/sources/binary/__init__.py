@@ -21,23 +21,16 @@ is): the names above are imported when first used.
 """
 
 import importlib
-import importlib.resources
 from pathlib import Path
 
 from packer.sources.base import Applies, Kind
+from packer.sources.binary.shipped import shipped_spec_names  # noqa: F401 (the API's)
 
 _API = {"Check": "dump", "Dump": "dump", "DumpError": "dump", "examine_dump": "dump",
         "open_dump": "dump", "Windows": "records", "record_arrays": "records",
         "window_arrays": "records", "Spec": "spec", "SpecError": "spec", "load_spec": "spec",
         "parse_spec": "spec"}
 __all__ = sorted([*_API, "shipped_spec_names"])
-
-
-def shipped_spec_names() -> list[str]:
-    """The specs that ship in specs/, loadable by name (`--spec wav`): the one list that
-    every --help and message shows."""
-    folder = Path(str(importlib.resources.files(__name__).joinpath("specs")))
-    return sorted(path.stem for path in folder.glob("*.toml"))
 
 
 def __getattr__(name: str):
@@ -88,8 +81,16 @@ def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
     return DUMP if spec and one_object else None  # a prefix of binary files: copied first
 
 
-def summary_text(manifest: dict) -> None:
-    return None  # the summary of every pack says all there is
+def summary_text(manifest: dict) -> str | None:
+    """Sounds of several sample rates, which a model would take as one."""
+    rates = manifest["source"].get("sample_rates") or {}
+    if len(rates) < 2:
+        return None
+    shown = ", ".join(f"{rate} Hz ({count:,} file{'s' if count > 1 else ''})"
+                      for rate, count in sorted(rates.items(), key=lambda r: -r[1]))
+    return (f"Warning: the sounds have {len(rates)} sample rates: {shown}. A model takes "
+            "their samples as if they were one rate: resample them to one first, or pack "
+            "each rate apart (each sample's audio.json holds its own rate)")
 
 
 def scan_input(path: Path, options):

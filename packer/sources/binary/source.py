@@ -251,6 +251,9 @@ class BinaryFolder:
                                       labels_encoding=options.encoding)
         names = self.spec.field_names
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
+        if self.spec.container:
+            self.field_specs[AUDIO_FIELD] = {"dtype": "bytes"}
+        self.sample_rates = self._sample_rates(options.tail) if self.spec.container else None
         self.field_specs.update({f: {"dtype": "bytes"} for f in sorted(self.scan.fields)
                                  if f.lower() in SIDECAR_FIELDS})
         if self.scan.label_source != "none":
@@ -260,6 +263,23 @@ class BinaryFolder:
         if name == "scan":
             raise AttributeError(name)
         return getattr(self.scan, name)
+
+    def _sample_rates(self, tail) -> dict[str, int]:
+        """How many sounds have each sample rate (their headers only are read): a dataset
+        of mixed rates is said to be one in the pack summary."""
+        rates: dict[str, int] = {}
+        for sample in self.scan.samples():
+            for field, rel in sample.files:
+                if field.lower() in SIDECAR_FIELDS:
+                    continue
+                try:
+                    rate = audio_header(open_dump(self.scan.root / rel, self.spec, tail),
+                                        self.spec.container)
+                except PackerError:
+                    continue  # skipped with its reason when it is read
+                key = f"{rate['sample_rate']:g}" if rate["sample_rate"] else "unknown"
+                rates[key] = rates.get(key, 0) + 1
+        return rates
 
     def jobs(self, start: int, size: int, check: str) -> Iterator[tuple]:
         for root, _, sources in self.scan.jobs(start, size, check):
@@ -271,7 +291,34 @@ class BinaryFolder:
                                     for _, rel in sample.files)
         described = self.scan.describe(options)
         described["source"].update(kind="binary-files", spec=str(self.spec.source))
+        if self.sample_rates is not None:
+            described["source"]["sample_rates"] = self.sample_rates
         return described
+
+
+def file_fields(path: Path, spec, tail) -> dict[str, bytes]:
+    """The fields of one binary file read with `spec`: each record field as `NAME.npy`
+    (all the file's records), and for a sound (a chunked spec: WAV, AIFF) its header as
+    `audio.json`, so that no file's rate or format is lost."""
+    dump = open_dump(path, spec, tail)
+    arrays = record_arrays(dump.records(), dump.spec)  # a chunked file's own spec
+    fields = {f"{name}.npy": field_bytes(values) for name, values in arrays.items()}
+    if spec.container:
+        fields[AUDIO_FIELD] = json.dumps(audio_header(dump, spec.container)).encode()
+    return fields
+
+
+AUDIO_FIELD = "audio.json"
+
+
+def audio_header(dump, container: str) -> dict:
+    """A sound's rate, channels, bits and sample format, from its header (`container`:
+    the spec's, riff or aiff; the file's own layout, read from its chunks, has none)."""
+    header, kind = dump.header, dump.spec.record.fields[0].element.kind
+    return {"sample_rate": float(header["sample_rate"]) if "sample_rate" in header else None,
+            "channels": int(header["num_channels"]),
+            "bits": int(header.get("bits_per_sample") or header.get("sample_size") or 0),
+            "format": "float" if kind == "f" else "pcm", "container": container}
 
 
 def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
@@ -284,12 +331,10 @@ def read_folder_job(job: tuple) -> list[tuple[dict | None, list]]:
                 sample[field_name] = read_file(f"{root}/{rel_path}")
                 continue
             try:
-                dump = open_dump(Path(root) / rel_path, spec, tail)
-                arrays = record_arrays(dump.records(), dump.spec)  # a chunked file's own spec
+                sample.update(file_fields(Path(root) / rel_path, spec, tail))
             except PackerError as err:
                 out.append((None, [{"path": rel_path, "reason": str(err).split(": ", 1)[-1]}]))
                 break
-            sample.update({f"{name}.npy": field_bytes(values) for name, values in arrays.items()})
         else:
             if label is not None:
                 sample["cls"] = label

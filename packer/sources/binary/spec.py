@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from packer.errors import PackerError, UsageProblem
-from packer.sources.binary import shipped_spec_names
 from packer.sources.binary.fields import Field, check_keys, is_int, parse_field
+from packer.sources.binary.shipped import shipped_spec_names
 
 BYTE_ORDERS = {"little": "<", "big": ">"}
 TRAILING_RULES = ("error", "ignore")

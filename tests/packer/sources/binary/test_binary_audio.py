@@ -1,7 +1,9 @@
 """Chunked audio (WAV, AIFF) and point clouds with the shipped specs: values equal to
 the samples written, extra chunks skipped, refusals that name the field."""
 
+import json
 import struct
+import wave
 
 import numpy as np
 import pytest
@@ -171,3 +173,37 @@ def test_a_pack_that_stores_ten_times_its_input_says_so(tmp_path):
     out = run("pack", tmp_path / "ticks.bin", "--spec", tmp_path / "ticks.toml", "-o",
               tmp_path / "o").output
     assert "times the" in out and "--window N" in out
+
+
+def test_a_folder_of_wavs_keeps_each_header_says_mixed_rates_and_unpacks_to_wavs(tmp_path):
+    """Three rates, two channels, 16 and 24 bits: every sample keeps its own rate and
+    format, the summary warns of the mixed rates, and unpack writes WAV files whose
+    frames, rate, channels and width are the source's."""
+    written = {}
+    for i, (rate, bits) in enumerate([(8000, 16), (16000, 16), (44100, 24), (16000, 16)]):
+        folder = tmp_path / "wavs" / ("dog" if i % 2 else "cat")
+        folder.mkdir(parents=True, exist_ok=True)
+        values = pcm_frames(300 + i, 2, bits, seed=i)
+        (folder / f"{i}.wav").write_bytes(wav_bytes(values, bits, rate=rate))
+        written[f"{folder.name}/{i}"] = (values, rate, bits)
+    summary = run("pack", tmp_path / "wavs", "--spec", "wav", "-o", tmp_path / "o").output
+    assert "3 sample rates: 16000 Hz (2 files), 8000 Hz (1 file), 44100 Hz (1 file)" in summary
+    for sample in packer.iter_samples(tmp_path / "o"):
+        header = json.loads(sample["audio.json"])
+        values, rate, bits = written[sample["__key__"]]
+        assert (header["sample_rate"], header["channels"], header["bits"]) == (rate, 2, bits)
+    run("verify", tmp_path / "o", "--against", tmp_path / "wavs")
+    run("unpack", tmp_path / "o", "-o", tmp_path / "back", "-q")
+    for key, (values, rate, bits) in written.items():
+        with wave.open(str(tmp_path / "back" / f"{key}.wav")) as back:
+            assert (back.getframerate(), back.getnchannels(), back.getsampwidth()) == (
+                rate, 2, bits // 8)
+            raw = back.readframes(back.getnframes())
+        if bits == 24:
+            wide = np.frombuffer(raw, np.uint8).reshape(-1, 3)
+            got = (wide[:, 0].astype(np.int32) | wide[:, 1].astype(np.int32) << 8
+                   | wide[:, 2].astype(np.int8).astype(np.int32) << 16)
+        else:
+            got = np.frombuffer(raw, "<i2")
+        assert got.reshape(-1, 2).tolist() == values.tolist()
+    assert not list((tmp_path / "back").rglob("*.npy"))
