@@ -202,3 +202,16 @@ def test_check_decode_decodes_the_new_formats(tmp_path):
     assert manifest["count"] == 2
     assert [(e["path"], e["reason"].split(":")[0]) for e in manifest["skipped"]] == [
         ("c.pcx", "cannot decode the image")]
+
+
+def test_the_summary_says_which_images_were_checked_by_their_header_only(tmp_path):
+    folder = tmp_path / "images" / "a"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        (folder / f"{i}.jpg").write_bytes(image_bytes(i, size=(40, 30)))
+    good = image_bytes(9, size=(40, 30))
+    (folder / "broken.jpg").write_bytes(good[:200] + bytes(len(good) - 202) + good[-2:])
+    header = run("pack", tmp_path / "images", "-o", tmp_path / "h").output
+    assert "checked by their header only: 4 images" in header and "--check decode" in header
+    decoded = run("pack", tmp_path / "images", "-o", tmp_path / "d", "--check", "decode").output
+    assert "header only" not in decoded and "broken.jpg" in decoded
