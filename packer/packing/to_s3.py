@@ -18,6 +18,7 @@ local pack with the same options.
 """
 
 import hashlib
+import json
 import shutil
 import time
 from collections import deque
@@ -28,12 +29,12 @@ from pathlib import Path
 from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed, local_manifest
-from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path
+from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path, write_json_atomic
 from packer.packing.pipeline import pack_local
 from packer.storage import client
 from packer.storage.cache import default_dir
 from packer.storage.client import StorageError, file_sha256
-from packer.storage.url import S3Url, parse
+from packer.storage.url import S3Url, is_s3, parse
 
 UPLOADS_WAITING = 2
 STAGING = "packing"
@@ -50,16 +51,48 @@ def pack_to_s3(path, url: str, options) -> dict:
     if old and options.overwrite and not options.resume:
         client.delete(target, [MANIFEST_NAME])  # from now on it no longer looks complete
     uploader = Uploader(target, options.to)
+    request = _request(path, options)
     if is_packed(staged) and options.resume:  # packed earlier; its upload was cut short
+        _check_same_request(staged, request, url)
         manifest = local_manifest(staged)
     else:
         staged.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(staged.parent / REQUEST_NAME, request)
         manifest = pack_local(path, staged, replace(options, overwrite=True),
-                        on_part=uploader.part_closed)
+                              on_part=uploader.part_closed)
     uploader.publish(staged, old)
     shutil.rmtree(staged.parent, ignore_errors=True)
     manifest["seconds"] = time.perf_counter() - began
     return manifest
+
+
+REQUEST_NAME = "request.json"  # beside the staged pack: what it was packed from, and how
+
+
+def _request(path, options) -> dict:
+    """The source and the options that shape a pack, as a resume must find them again."""
+    source = str(path) if is_s3(path) else str(Path(path).resolve())
+    return {"source": source, "options": json.loads(json.dumps(options.shaping(), default=str))}
+
+
+def _check_same_request(staged: Path, request: dict, url: str) -> None:
+    """Refuse to publish a staged pack for a resume that asks for another one: another
+    source, or other options (--to, --shard-size, --check ...)."""
+    try:
+        then = json.loads((staged.parent / REQUEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        then = {}
+    changed = []
+    if then.get("source") != request["source"]:
+        changed.append(f"the source was {then.get('source', 'not recorded')}, now "
+                       f"{request['source']}")
+    before, now = then.get("options") or {}, request["options"]
+    changed += [f"--{name.replace('_', '-')} was {before.get(name)!r}, now {now.get(name)!r}"
+                for name in sorted(set(before) | set(now)) if before.get(name) != now.get(name)]
+    if changed:
+        raise UsageProblem(f"{url}: --resume continues the interrupted upload of another pack "
+                           f"({'; '.join(changed)}); pass the earlier source and options to "
+                           "resume it, or --overwrite to pack this one")
 
 
 def _check_target(target: S3Url, staged: Path, options) -> list[str]:

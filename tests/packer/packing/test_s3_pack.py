@@ -197,3 +197,30 @@ def test_a_part_whose_second_file_fills_the_disk_leaves_nothing_reserved(full_di
         cache.acquire_all("d", [("shard.tar", 8 << 10, None, never, "s3://b/shard.tar"),
                                 ("shard.idx", 200 << 10, None, never, "s3://b/shard.idx")])
     assert not [p for p in (full_disk / "cache").rglob("*") if p.is_file() and p.name != "lock"]
+
+
+def test_a_resume_after_a_cut_upload_publishes_only_the_pack_it_continues(s3, images, tmp_path):
+    """The local pack was complete, its upload was cut: a --resume with another source or
+    other options is refused with the difference; the same request publishes it."""
+    url = f"s3://{s3}/cut-upload"
+    die_at_publish = ("import os, sys, packer.packing.to_s3 as t\n"
+                      "t.Uploader.publish = lambda *a: os.kill(os.getpid(), 9)\n"
+                      "from packer.cli import main\nsys.argv = ['packer', *sys.argv[1:]]\n"
+                      "main()\n")
+    cut = subprocess.run([sys.executable, "-c", die_at_publish, "pack", str(images), "-o", url,
+                          "--max-count", "2", "-q"], env=os.environ.copy())
+    assert cut.returncode == -signal.SIGKILL
+    other = tmp_path / "other"
+    (other / "c0").mkdir(parents=True)
+    (other / "c0" / "x.jpg").write_bytes(image_bytes(99))
+    for args, said in (([other, "--max-count", 2], "the source was"),
+                       ([images, "--max-count", 3], "--max-count was 2, now 3"),
+                       ([images, "--max-count", 2, "--to", "lmdb"], "--to was 'webdataset'"),
+                       ([images, "--max-count", 2, "--check", "decode"], "--check was")):
+        refused = run("pack", args[0], "-o", url, *args[1:], "--resume", "-q", expect=2)
+        assert "another pack" in refused.output and said in refused.output, refused.output
+        assert "manifest.json" not in objects(s3, "cut-upload")
+    run("pack", images, "-o", url, "--max-count", 2, "--resume", "-q")
+    local = tmp_path / "local"
+    run("pack", images, "-o", local, "--max-count", 2, "-q")
+    same_pack(objects(s3, "cut-upload"), local_files(local))
