@@ -176,17 +176,19 @@ class RemoteParts:
         """Plain WebDataset shards (`listing`: of the prefix `self.url`, when listed):
         each downloaded once to count its samples."""
         listings = {self.url: listing} if listing is not None else {}
-        self.shared, self.part_files = None, []
+        self.shared, self.part_files, versions = None, [], []
         for url in urls:
             folder = S3Url(url.bucket, url.key.rpartition("/")[0])
             if folder not in listings:  # one listing per folder, not a request per shard
                 listings[folder] = client.list_objects(folder)
             if url.name not in listings[folder]:
                 raise NoSuchDataset(f"{url}: no such shard")
-            size = listings[folder][url.name][0]
+            size, etag = listings[folder][url.name]
             self.part_files.append([File(f"{url.bucket}/{url.key}", url, size, None)])
-        self.dataset = _dataset_id(urls[0], json.dumps([[str(f.url), f.size]
-                                                        for [f] in self.part_files]))
+            versions.append([str(url), size, etag])
+        # Shards carry no digest of their own: the listing's ETags tell a shard rewritten
+        # in place, at the same size, from the copy in the cache.
+        self.dataset = _dataset_id(urls[0], json.dumps(versions))
         self.part_counts, self._first_fields = [], None
         for files in self.part_files:
             [held] = self.hold(files)

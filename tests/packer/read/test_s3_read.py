@@ -314,3 +314,27 @@ def test_shards_without_saved_indexes_in_a_bucket_still_read(s3, local_wds, tmp_
     upload_folder(old, s3, "old")
     ds = packer.open_dataset(f"s3://{s3}/old", decode="raw", cache_dir=tmp_path / "cache")
     assert samples_of(ds) == samples_of(packer.open_dataset(local_wds, decode="raw"))
+
+
+def test_a_shard_rewritten_in_place_at_the_same_size_is_read_anew(s3, tmp_path):
+    import io
+    import tarfile
+
+    from packer.storage.client import client
+
+    def shard(letter: bytes) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(20):
+                info = tarfile.TarInfo(f"{i:04d}.txt")
+                info.size, info.mtime = 8, 0
+                tar.addfile(info, io.BytesIO(letter * 8))
+        return out.getvalue()
+
+    old, new = shard(b"a"), shard(b"b")
+    assert len(old) == len(new)
+    url = f"s3://{s3}/rewritten"
+    for data in (old, new):
+        client().put_object(Bucket=s3, Key="rewritten/shard-000000.tar", Body=data)
+        ds = packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache")
+        assert {s["txt"] for s in ds} == {data[512:520].decode()}
