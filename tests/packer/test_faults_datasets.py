@@ -210,14 +210,37 @@ def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
                                                       f"offset {heap:,} is damaged")
 
 
+def test_a_zeroed_heap_object_stops_the_loader_with_its_name_not_a_hang(packed, tmp_path):
+    """open_dataset and its DataLoader workers read the same heaps: they are checked
+    when the reader opens the file. Run apart, so that a hang fails the test."""
+    from packer.formats.hdf5.heaps import _heap_addresses
+
+    dataset = copy_of(packed, "hdf5", tmp_path)
+    with h5py.File(dataset, "r") as file:
+        heap = min(_heap_addresses(dataset, file["jpg"]))
+    with open(dataset, "r+b") as file:
+        file.seek(heap + 16)
+        file.write(bytes(16))
+    script = ("import packer\n"
+              "try:\n"
+              f"    ds = packer.open_dataset({str(dataset)!r}, image_size=16)\n"
+              "    for _ in packer.DataLoader(ds, batch_size=16, num_workers=2): pass\n"
+              "except packer.errors.DatasetError as err:\n"
+              "    print(err)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert f"heap of variable-length rows at byte offset {heap:,} is damaged" in done.stdout, (
+        done.stdout + done.stderr[-2000:])
+
+
 def test_damaged_hdf5_data_read_by_the_loader_is_named(packed, tmp_path):
     dataset = copy_of(packed, "hdf5", tmp_path)
     data = bytearray(dataset.read_bytes())
     heap = data.index(b"GCOL")  # the image bytes' heap: its first object claims 1 TB
     data[heap + 24:heap + 32] = (1 << 40).to_bytes(8, "little")
     dataset.write_bytes(data)
-    ds = packer.open_dataset(dataset, image_size=16, on_error="skip")
-    with pytest.raises(DatasetError, match=f"{dataset}: damaged where samples"):
+    with pytest.raises(DatasetError, match=f"{dataset}: the heap of variable-length rows"):
+        ds = packer.open_dataset(dataset, image_size=16, on_error="skip")
         for _ in packer.DataLoader(ds, batch_size=16):
             pass
 
