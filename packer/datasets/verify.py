@@ -15,6 +15,7 @@ from packer.sample import (
     DISAMBIGUATOR,
     IMAGE_FIELDS,
     KEY,
+    PIL_FORMATS,
     RAW_IMAGE_FIELD,
     decode_key,
     field_bytes,
@@ -86,7 +87,7 @@ class Reencoded:
         if folder not in self._listings:
             self._listings[folder] = sorted(os.listdir(folder)) if folder.is_dir() else []
         names = [n for n in self._listings[folder] if n.rpartition(".")[0] == stem.name
-                 and n.rpartition(".")[2].lower() in IMAGE_FIELDS]
+                 and n.rpartition(".")[2].lower() in PIL_FORMATS]
         made = [n for n in names if self.transform.stored_field(n.rpartition(".")[2]) == field]
         found = (made or [None])[0]
         return found and (stem.parent / found).as_posix()

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from packer.errors import UsageProblem
-from packer.sample import IMAGE_FIELDS, KEY, RAW_IMAGE_FIELD, restored_path
+from packer.sample import KEY, PIL_FORMATS, RAW_IMAGE_FIELD, restored_path
 
 RESIZE_MODES = ("crop", "pad", "stretch")
 ENCODINGS = ("keep", "jpeg", "png", "webp", "raw")
@@ -90,7 +90,7 @@ class Transform:
         """The source's field specs as the transform stores them."""
         out = {}
         for name, spec in specs.items():
-            if _kind(name) not in IMAGE_FIELDS:
+            if _kind(name) not in PIL_FORMATS:
                 out[name] = spec
             elif self.encode == "raw":
                 size = self.exact_size()
@@ -106,8 +106,9 @@ class Transform:
 
     def _target(self, field: str) -> tuple[str, str]:
         """(PIL format, stored field) of an image field."""
-        if self.encode == "keep":
-            return _KEPT.get(_kind(field), ("PNG", "png"))
+        if self.encode == "keep":  # a JPEG by any extension (jfif, jpe) stays a JPEG
+            jpeg = PIL_FORMATS.get(_kind(field)) == "JPEG"
+            return _KEPT.get(_kind(field), ("JPEG", "jpg") if jpeg else ("PNG", "png"))
         return _ENCODED[self.encode.partition(":")[0]]
 
     def apply(self, outcomes: list[tuple[dict | None, list]]) -> list[tuple[dict | None, list]]:
@@ -119,7 +120,7 @@ class Transform:
     def _sample(self, sample: dict) -> tuple[dict | None, list]:
         out, made_from = {}, {}
         for name, value in sample.items():
-            if name == KEY or _kind(name) not in IMAGE_FIELDS:
+            if name == KEY or _kind(name) not in PIL_FORMATS:
                 out[name] = value
                 continue
             field = self.stored_field(name)

@@ -266,3 +266,25 @@ def test_raw_datasets_read_as_the_stored_pixels(tmp_path, fmt):
                                         num_workers=2)))
     assert all(type(value) is bytes for value in batch["rgb.npy"])  # .npy files in every format
     assert [np.load(io.BytesIO(v)).shape for v in batch["rgb.npy"]] == [(12, 16, 3)] * 3
+
+
+def test_every_image_the_check_decodes_is_transformed(tmp_path):
+    """.jfif, .jpe, .tga, .ico and .pcx were left as they were, with a summary saying every
+    image was re-encoded."""
+    folder = tmp_path / "images" / "a"
+    folder.mkdir(parents=True)
+    made = {"jfif": "JPEG", "jpe": "JPEG", "tga": "TGA", "ico": "ICO", "pcx": "PCX",
+            "png": "PNG"}
+    for i, (extension, fmt) in enumerate(made.items()):
+        image = Image.fromarray(np.full((40, 48, 3), 30 * i, np.uint8))
+        out = io.BytesIO()
+        image.save(out, fmt)
+        (folder / f"{i}.{extension}").write_bytes(out.getvalue())
+    run("pack", tmp_path / "images", "-o", tmp_path / "o", "--resize", "16x16", "-q")
+    samples = list(iter_samples(tmp_path / "o"))
+    assert len(samples) == len(made)
+    for sample in samples:
+        [field] = [name for name in sample if name not in ("__key__", "cls")]
+        assert field in ("jpg", "png"), sample["__key__"]
+        assert decode_image(sample[field], None).size == (16, 16)
+    run("verify", tmp_path / "o", "--against", tmp_path / "images")
