@@ -263,7 +263,49 @@ class ExcelTable(Table):
         return {**super().describe(), "sheet": self.sheet, "sheets": self.sheets}
 
 
+MAX_DECLARED_CELLS = 50_000_000  # a sheet's declared cells past which its XML is weighed
+CELLS_PER_XML_BYTE = 50  # more declared cells than this per byte of XML: not a real sheet
+_DIMENSION = re.compile(rb'<(?:\w+:)?dimension ref="([A-Z]+)(\d+)(?::([A-Z]+)(\d+))?"')
+
+
+def _check_declared_sizes(path: Path, data: Path) -> None:
+    """Refuse an .xlsx whose sheet declares an absurd size (one cell at XFD1048576 in a
+    1.5 KB file declares 17 billion cells): a sheet is read whole, and the reader would
+    allocate every declared cell before a byte of it is read."""
+    import zipfile
+
+    if not zipfile.is_zipfile(data):
+        return  # .xls, or damaged: the reader says which
+    with zipfile.ZipFile(data) as book:
+        for info in book.infolist():
+            if not info.filename.startswith("xl/worksheets/"):
+                continue
+            with book.open(info) as sheet:
+                found = _DIMENSION.search(sheet.read(1 << 16))
+            if not found:
+                continue
+            first_col, first_row, last_col, last_row = found.groups()
+            rows = int(last_row or first_row) - int(first_row) + 1
+            cols = _column_number(last_col or first_col) - _column_number(first_col) + 1
+            if rows * cols > max(MAX_DECLARED_CELLS, CELLS_PER_XML_BYTE * info.file_size):
+                span = found.group(0).split(b'"')[1].decode()
+                raise PackerError(
+                    f"{path}: {info.filename} declares the range {span} ({rows:,} rows x "
+                    f"{cols:,} columns, {rows * cols:,} cells) in {info.file_size:,} bytes of "
+                    "sheet; a sheet is read whole, so reading it would take memory for every "
+                    "declared cell. Delete the far cell (or its formatting) and save again, "
+                    "or export the sheet as CSV")
+
+
+def _column_number(letters: bytes) -> int:
+    number = 0
+    for letter in letters:
+        number = number * 26 + letter - 64
+    return number
+
+
 def _excel_file(path: Path, data: Path):
+    _check_declared_sizes(path, data)
     try:
         import python_calamine  # noqa: F401
 

@@ -175,3 +175,21 @@ def test_na_drop_that_leaves_nothing_names_the_text_column(tmp_path):
     out = run("pack", tmp_path / "p.csv", "--label-column", "y", "--feature-columns", "x,island",
               "--na", "drop", "-o", tmp_path / "o", expect=1).output
     assert "left no rows" in out and "'island' holds no number in any row" in out
+
+
+def test_a_sheet_that_declares_an_absurd_size_is_refused_not_an_abort(tmp_path):
+    """One cell at XFD1048576: the reader would allocate 17 billion cells (SIGABRT)."""
+    import subprocess
+    import sys
+
+    book = Workbook()
+    book.active["A1"], book.active["B1"] = "x", "y"
+    book.active["A2"], book.active["B2"] = 1, 0
+    book.active["XFD1048576"] = 1
+    book.save(tmp_path / "far.xlsx")
+    for command in (["pack", str(tmp_path / "far.xlsx"), "-o", str(tmp_path / "o")],
+                    ["inspect-table", str(tmp_path / "far.xlsx")]):
+        done = subprocess.run([sys.executable, "-m", "packer", *command], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "declares the range A1:XFD1048576" in done.stderr and "Traceback" not in done.stderr
