@@ -42,6 +42,12 @@ def canon_text(value) -> str:
     return str(value)
 
 
+# A wide row read with the wrong delimiter is one field as long as the row: csv's default
+# limit (128 KiB) made a table of 100,000 columns a raw _csv.Error. Python's own limit is
+# process-wide; packer's readers take any field that fits in memory.
+csv.field_size_limit(2**31 - 1)
+
+
 def detect_delimiter(lines: list[str], suffix: str) -> str:
     """The delimiter that splits most rows into the same number (>1) of fields."""
     preferred = ["\t"] if suffix == ".tsv" else [","]

@@ -193,3 +193,16 @@ def test_a_sheet_that_declares_an_absurd_size_is_refused_not_an_abort(tmp_path):
                               text=True, timeout=120)
         assert done.returncode == 1, done.stderr[-2000:]
         assert "declares the range A1:XFD1048576" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_table_of_20000_columns_or_a_line_past_csvs_field_limit_reads(tmp_path):
+    """csv's default field limit (128 KiB) made both a raw _csv.Error traceback (a row of
+    140 KB is one field for every delimiter but the right one)."""
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"col{i:05d}" for i in range(20_000)) + "\n"
+                    + ",".join("1" for _ in range(20_000)) + "\n")
+    assert "col19999" in run("inspect-table", wide, "--json").output
+    long_line = tmp_path / "long.csv"
+    long_line.write_text("note,y\n" + "x" * 300_000 + ",1\nshort,0\n")
+    out = run("pack", long_line, "--label-column", "y", "-o", tmp_path / "o", expect=2).output
+    assert "Traceback" not in out and "'note': text" in out
