@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from packer.errors import UsageProblem
+from packer.manifest import DIGEST_KEY, digest_matches
 from packer.packing.transform import reencoded_text, transform_of
 from packer.read.dataset import parts_on_disk
 from packer.sample import (
@@ -96,13 +97,23 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
+def _manifest_problems(manifest: dict) -> list[str]:
+    """A manifest sealed with its own digest that no longer matches it: edited or damaged
+    after the pack (two class names swapped still pass the schema, not the digest)."""
+    if DIGEST_KEY in manifest and not digest_matches(manifest):
+        return [f"the manifest differs from what the pack wrote (its {DIGEST_KEY} no longer "
+                "matches): it was edited or damaged since; restore it from a copy or pack "
+                "the source again"]
+    return []
+
+
 def verify(dataset, against: Path | None = None, progress: bool = True, cache_dir=None,
            cache_limit=None) -> dict:
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all).
     An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
     manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
     compare = _comparer(manifest, Path(against)) if against is not None else None
-    problems, count = [], 0
+    problems, count = _manifest_problems(manifest), 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
     for part, on_disk in parts:
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")

@@ -350,3 +350,16 @@ def test_every_written_manifest_matches_the_schema_and_its_digest(packed):
         manifest = read_manifest(packed / fmt)
         assert manifest[DIGEST_KEY] == _digest(manifest)  # so loading skips the schema
         _validator().validate(manifest)
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_a_manifest_with_two_class_names_swapped_fails_verify(packed, fmt, tmp_path):
+    dataset = copy_of(packed, fmt, tmp_path)
+
+    def swap(manifest):
+        manifest["classes"][0], manifest["classes"][1] = (manifest["classes"][1],
+                                                          manifest["classes"][0])
+
+    edit_manifest(dataset, swap)
+    result = cli_run("verify", dataset)
+    assert_clean_failure(result, "the manifest differs from what the pack wrote")
