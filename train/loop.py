@@ -258,13 +258,26 @@ def _restore(run: Run) -> tuple[int, list | None, int, int]:
     state = checkpoint.load(run.out / "last.pt", run.device, checkpoint.RESUME_KEYS,
                             RESUME_INSTEAD)
     model = run.model.module if run.world > 1 else run.model
-    model.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
+    try:
+        model.load_state_dict(state["model"])
+        run.optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise PackerError(_other_model_text(run, state, err)) from None
     run.scheduler.load_state_dict(state["scheduler"])
     if run.scaler and state["scaler"]:
         run.scaler.load_state_dict(state["scaler"])
     run.history = state["history"]
     return state["epoch"] + 1, state["best"], state["best_epoch"], state["stale"]
+
+
+def _other_model_text(run: Run, state: dict, err: Exception) -> str:
+    """Why a checkpoint does not fit the model this run builds: the options that differ."""
+    then, now = state.get("config") or {}, run.config.to_dict()
+    differ = [f"--{k.replace('_', '-')} {then[k]} then, {now[k]} now" for k in sorted(now)
+              if k in then and then[k] != now[k] and k not in ("epochs", "resume", "out")]
+    detail = "; ".join(differ[:5]) or str(err).strip().splitlines()[0]
+    return (f"{run.out / 'last.pt'}: written for another model than this run builds "
+            f"({detail}); resume with the options of that run, or train into a new --out")
 
 
 def _log(run: Run, writer, record: dict) -> None:

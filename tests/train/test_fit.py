@@ -305,3 +305,11 @@ def test_fit_ends_on_its_closing_line_and_gives_json_when_asked(colours, tmp_pat
     asked = train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "1", "--json",
                   *COMMON)
     assert json.loads(asked.strip().splitlines()[-1])["epochs_run"] == 1
+
+
+def test_resume_from_another_models_checkpoint_names_what_differs(colours, tmp_path):
+    out = tmp_path / "run"
+    train("fit", colours / "wds", "--out", out, "--epochs", "1", "--width", "8", *COMMON)
+    refused = train("fit", colours / "wds", "--out", out, "--epochs", "2", "--width", "16",
+                    "--resume", *COMMON, expect=1)
+    assert "written for another model" in refused and "--width 8 then, 16 now" in refused
