@@ -7,7 +7,6 @@ decodes every image, and the decode decides: a file that the header check doubts
 but Pillow decodes is packed, the doubt listed among its warnings.
 """
 
-import io
 import json
 import os
 import sys
@@ -164,10 +163,14 @@ def summarised(messages: list[str]) -> list[str]:
 
 
 def _decode_image(data: bytes, kind: str, messages: list[str]) -> str | None:
-    """Why Pillow cannot decode `data` as a `kind` image, or None; what its decoders
-    said goes to `messages` (or, when it fails, into the reason)."""
+    """Why `data` cannot be decoded as a `kind` image the way the loader decodes it
+    (packer.images: libjpeg-turbo or Pillow, the EXIF orientation applied, brought to
+    8-bit RGB), or None; what the decoders said goes to `messages` (or, when it fails,
+    into the reason)."""
     import PIL
     from PIL import Image
+
+    from packer.images import decoded_pixels
 
     name, said = PIL_FORMATS[kind], []
     if name not in Image.OPEN:
@@ -175,8 +178,8 @@ def _decode_image(data: bytes, kind: str, messages: list[str]) -> str | None:
     if name not in Image.OPEN:
         return f"Pillow {PIL.__version__} here has no {name} decoder"
     try:
-        with decoder_messages(said), Image.open(io.BytesIO(data), formats=[name]) as image:
-            image.load()
+        with decoder_messages(said):
+            decoded_pixels(data, None, kind)
     except Exception as err:  # PIL raises many types for bad data; each is a skip reason
         detail = f" ({'; '.join(summarised(said))})" if said else ""
         return f"cannot decode the image: {err}{detail}"

@@ -215,3 +215,24 @@ def test_the_summary_says_which_images_were_checked_by_their_header_only(tmp_pat
     assert "checked by their header only: 4 images" in header and "--check decode" in header
     decoded = run("pack", tmp_path / "images", "-o", tmp_path / "d", "--check", "decode").output
     assert "header only" not in decoded and "broken.jpg" in decoded
+
+
+def test_check_decode_decodes_as_the_loader_does_exif_included(tmp_path):
+    """A JPEG whose Exif segment is damaged: Pillow loads its pixels, but the loader,
+    which applies the Exif orientation, cannot; --check decode skips it as the loader
+    would fail on it every epoch."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    Image.fromarray(np.full((30, 40, 3), 90, np.uint8)).save(out, "JPEG", exif=exif.tobytes())
+    data = bytearray(out.getvalue())
+    start = data.index(b"Exif\0\0") + 6
+    data[start:start + 2] = b"XX"  # neither II nor MM: not a TIFF header
+    folder = tmp_path / "images" / "a"
+    folder.mkdir(parents=True)
+    (folder / "bad-exif.jpg").write_bytes(bytes(data))
+    (folder / "good.jpg").write_bytes(image_bytes(1))
+    summary = run("pack", tmp_path / "images", "-o", tmp_path / "o", "--check", "decode").output
+    assert "a/bad-exif.jpg: cannot decode the image" in summary
+    ds = packer.open_dataset(tmp_path / "o", image_size=8, on_error="raise")
+    assert len(list(ds)) == 1
