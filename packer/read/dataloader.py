@@ -3,13 +3,9 @@ in its workers, knows how many were consumed (for an exact resume), and counts t
 
 import gc
 import multiprocessing
-import sys
-import threading
 
 import numpy.random  # noqa: F401  torch seeds it in every worker: imported once, before they fork
 import torch
-from torch.utils.data._utils import signal_handling
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from packer.read import ring
 from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
@@ -24,31 +20,6 @@ _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_worker
 # its default): each holds up to 8 batches that are quick to make (packer.read.batches),
 # one that is not.
 PREFETCH = 2
-
-
-class _EndsAtOnce(_MultiProcessingDataLoaderIter):
-    """torch's iterator, except at the end: torch tells its workers to exit and waits
-    until they have (the kernel takes 15 ms and more to take down a process forked
-    from one that holds torch); here they are told and waited for in a thread, so that
-    the epoch ends at once. torch stops watching them for failures first (it does so
-    at the end of its wait). The thread is not a daemon: a program that ends meanwhile
-    waits for it before it tears itself down, as it would have at the epoch's end."""
-
-    def _shutdown_workers(self):
-        if self._shutdown or getattr(self, "_exiting", False):
-            return
-        self._exiting = True
-        if self._worker_pids_set:
-            signal_handling._remove_worker_pids(id(self))
-            self._worker_pids_set = False
-        if sys.is_finalizing():  # an iterator left at exit: a new thread would never start
-            super()._shutdown_workers()
-            return
-        try:
-            threading.Thread(target=super()._shutdown_workers,
-                             name="packer-workers-exit").start()
-        except RuntimeError:  # the interpreter is ending: no new thread
-            super()._shutdown_workers()
 
 
 def _pass_on(batch):
@@ -82,12 +53,6 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._batches_from_dataset:  # what the dataset's batches are (torch's are off)
             object.__setattr__(self, "batch_size", batch_size)
             object.__setattr__(self, "drop_last", drop_last)
-
-    def _get_iterator(self):
-        if self.num_workers == 0 or self.persistent_workers:  # the latter never end
-            return super()._get_iterator()
-        self.check_worker_number_rationality()
-        return _EndsAtOnce(self)
 
     def __len__(self) -> int:
         if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
