@@ -247,10 +247,20 @@ class Landing:
                 self.returned.pop(arena.owner, None)
 
     def tensor(self, ref: SlotRef) -> torch.Tensor:
+        """The tensor a slot holds: the slot's own memory where it lies in an arena;
+        copied out of a shared file (a spawned worker's slot, or one past its arena),
+        whose memory torch would pass as it is to any process the batch is sent to
+        (a multiprocessing queue), where the slot's next batch would overwrite it."""
         key = self._known(ref)
-        self.lent.append(key)
-        return torch.empty(0, dtype=torch.uint8).set_(self.storages[key], ref.offset,
-                                                       ref.size, ref.stride)
+        view = torch.empty(0, dtype=torch.uint8).set_(self.storages[key], ref.offset,
+                                                      ref.size, ref.stride)
+        if key in self.pointers:
+            self.lent.append(key)
+            return view
+        copy = torch.empty_strided(view.size(), view.stride(), dtype=view.dtype)
+        copy.copy_(view)
+        self.returned[key[0]][key[1]] += 1
+        return copy
 
     def values(self, ref: SlotRef, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
         """The bytes at [starts, ends) of a slot, each copied; the reference is let go
