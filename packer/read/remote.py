@@ -209,7 +209,8 @@ class RemoteParts:
         """Each file whole in the cache (downloaded if need be), held until released."""
         return self.cache.acquire_all(self.dataset, [
             (file.name, file.size, file.sha256,
-             lambda out, url=file.url: client.download(url, out), str(file.url))
+             lambda out, url=file.url, size=file.size: client.download(url, out, size),
+             str(file.url))
             for file in files])
 
     @contextmanager

@@ -28,6 +28,12 @@ class StorageError(PackerError):
     """Object storage refused or could not be reached; the message names the URL."""
 
 
+# A store that does not answer is given up on in seconds, not minutes: each request waits
+# at most this long to connect and for each read (not for a whole transfer), and is tried
+# ATTEMPTS times in all, with a short backoff between.
+CONNECT_TIMEOUT, READ_TIMEOUT, ATTEMPTS = 5, 10, 3
+
+
 def client():
     """This process's S3 client (made on first use: boto3 is imported only then)."""
     if os.getpid() not in _CLIENTS:
@@ -38,8 +44,9 @@ def client():
             raise PackerError("s3:// URLs need boto3, which packer installs with its s3 "
                               "extra: pip install 'packer[s3]'") from None
         # connections: as many as the GETs a packing worker makes at once (read.FETCHES)
-        config = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=10,
-                        read_timeout=60, max_pool_connections=16)
+        config = Config(retries={"max_attempts": ATTEMPTS, "mode": "standard"},
+                        connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+                        max_pool_connections=16)
         _CLIENTS.clear()
         _CLIENTS[os.getpid()] = boto3.session.Session().client("s3", config=config)
     return _CLIENTS[os.getpid()]
@@ -60,8 +67,12 @@ def storage_errors(url) -> Iterator[None]:
         raise StorageError(f"{url}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
                            "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with ~/.aws/credentials"
                            ) from None
-    except (exceptions.EndpointConnectionError, exceptions.ConnectTimeoutError,
-            exceptions.ConnectionClosedError, exceptions.ReadTimeoutError) as err:
+    except (exceptions.ConnectTimeoutError, exceptions.ReadTimeoutError) as err:
+        raise StorageError(f"{url}: the object store at {_endpoint()} did not answer (each "
+                           f"of {ATTEMPTS} tries waited {CONNECT_TIMEOUT} s to connect and "
+                           f"{READ_TIMEOUT} s for data; {err}); check that it is up, and "
+                           "AWS_ENDPOINT_URL") from None
+    except (exceptions.EndpointConnectionError, exceptions.ConnectionClosedError) as err:
         raise StorageError(f"{url}: cannot reach the object store at {_endpoint()} ({err}); "
                            "check AWS_ENDPOINT_URL and the network") from None
     except exceptions.ClientError as err:
@@ -168,15 +179,19 @@ def get_object(url: S3Url, etag: str, size: int, first: int | None = None) -> by
                                        "and run the same command again") from None
 
 
-def download(url: S3Url, file) -> tuple[int, str]:
-    """Stream the object into the open binary `file`: (bytes written, their sha256)."""
+def download(url: S3Url, file, limit: int | None = None) -> tuple[int, str]:
+    """Stream the object into the open binary `file`: (bytes written, their sha256).
+    With `limit` (the size expected), it stops one byte past it: an object that grew
+    since is not written whole into a bounded cache to find out."""
     digest, written = hashlib.sha256(), 0
     with storage_errors(url):
         body = client().get_object(Bucket=url.bucket, Key=url.key)["Body"]
-        while data := body.read(_READ_BYTES):
+        while data := body.read(_READ_BYTES if limit is None
+                                else min(_READ_BYTES, limit + 1 - written)):
             digest.update(data)
             file.write(data)
             written += len(data)
+        body.close()
     return written, digest.hexdigest()
 
 

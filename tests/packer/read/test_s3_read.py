@@ -1,11 +1,14 @@
 """Datasets in object storage read through the bounded local cache, on a real
 S3-compatible server (moto's, on 127.0.0.1)."""
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -254,8 +257,8 @@ def test_two_readers_gathering_parts_of_two_files_never_wait_for_each_other(
     both_have_records = threading.Barrier(2, timeout=3)
     download = client.download
 
-    def download_in_step(url, out):
-        done = download(url, out)
+    def download_in_step(url, out, limit=None):
+        done = download(url, out, limit)
         if str(url).endswith(".tfrecord"):
             try:  # both readers hold their records before either asks for its index
                 both_have_records.wait()
@@ -317,8 +320,6 @@ def test_shards_without_saved_indexes_in_a_bucket_still_read(s3, local_wds, tmp_
 
 
 def test_a_shard_rewritten_in_place_at_the_same_size_is_read_anew(s3, tmp_path):
-    import io
-    import tarfile
 
     from packer.storage.client import client
 
@@ -338,3 +339,41 @@ def test_a_shard_rewritten_in_place_at_the_same_size_is_read_anew(s3, tmp_path):
         client().put_object(Bucket=s3, Key="rewritten/shard-000000.tar", Body=data)
         ds = packer.open_dataset(url, decode="raw", cache_dir=tmp_path / "cache")
         assert {s["txt"] for s in ds} == {data[512:520].decode()}
+
+
+def test_a_store_that_never_answers_is_given_up_on_in_seconds(tmp_path, monkeypatch):
+    """A server on 127.0.0.1 that takes connections and says nothing: one message that
+    says how long each try waited, instead of minutes of silence."""
+    import socket
+    import threading
+
+    from packer.storage import client
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(listener.accept()) for _ in range(8)],
+                     daemon=True).start()
+    point_at(monkeypatch, f"http://127.0.0.1:{listener.getsockname()[1]}", tmp_path)
+    monkeypatch.setattr(client, "READ_TIMEOUT", 1)
+    monkeypatch.setattr(client, "ATTEMPTS", 2)
+    began = time.monotonic()
+    result = run("inspect", "s3://quiet-bucket/data", expect=1)
+    assert "did not answer" in result.output and "waited 5 s to connect and 1 s" in result.output
+    assert time.monotonic() - began < 30
+    listener.close()
+
+
+def test_a_part_that_grew_in_the_bucket_is_not_downloaded_whole(s3, remote_wds, local_wds,
+                                                               tmp_path):
+    """Its download stops one byte past the size the manifest gives: the cache never
+    holds more than it made room for."""
+    from packer.storage.client import client
+
+    first = sorted(local_wds.glob("*.tar"))[0]
+    ds = packer.open_dataset(remote_wds, decode="raw", cache_dir=tmp_path / "cache")
+    client().put_object(Bucket=s3, Key=f"wds/{first.name}", Body=first.read_bytes() * 40)
+    with pytest.raises(packer.errors.DatasetError,
+                       match=f"downloaded {first.stat().st_size + 1:,} bytes"):
+        list(ds)
