@@ -93,3 +93,24 @@ def test_records_stored_in_the_wrong_order_fail_plain_verify(tmp_path, monkeypat
     monkeypatch.undo()
     report = run("verify", out, expect=1).output
     assert "samples 0..39" in report and "values of its records differ" in report
+
+
+def test_a_sun_au_file_of_two_channels_reads_back_in_every_format(tmp_path):
+    """The file the corruption was found on: a Sun AU header (big-endian, `.snd`), then
+    16-bit frames of two channels, described by a spec whose one field has a shape."""
+    frames = np.array([[558, -2], [30000, -30000], [1, 256]] * 20, dtype=">i2")
+    header = b".snd" + np.array([24, frames.nbytes, 3, 8000, 2], ">u4").tobytes()
+    (tmp_path / "a.au").write_bytes(header + frames.tobytes())
+    (tmp_path / "au.toml").write_text(
+        'byte_order = "big"\ncount = {from = "file_size"}\n[header]\nsize = 24\n'
+        '[header.fields]\nmagic = {type = "bytes4", offset = 0, expect = ".snd"}\n'
+        '[record.fields]\nframe = {type = "i2", shape = [2]}\n')
+    for fmt in FORMAT_NAMES:
+        out = tmp_path / fmt
+        run("pack", tmp_path / "a.au", "--spec", tmp_path / "au.toml", "--to", fmt, "-o", out,
+            "-q")
+        got = np.stack([np.asarray(s["frame.npy"]) for s in decoded(out)])
+        assert got.tolist() == frames.tolist(), fmt
+        assert run("verify", out).exit_code == 0
+    with h5py.File(tmp_path / "hdf5", "r") as file:
+        assert file["records"]["frame"][0].tolist() == [558, -2]
