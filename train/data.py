@@ -115,9 +115,9 @@ def image_sizes(info: DataInfo, config: TrainConfig, count: int = 256) -> list[t
         return [Image.open(path).size for path in paths]
     data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1,
                                **part_cache(config))
-    sizes = []
+    sizes, name = [], info.inputs[0]  # the key the loader gives images (`image`: mixed)
     for sample in data:
-        name, encoded = next((n, v) for n, v in sample.items() if _is_image(n))
+        encoded = sample[name]
         if name == RAW_IMAGE_FIELD:  # stored pixels, (height, width, 3)
             height, width = _pixels_shape(encoded)[:2]
             sizes.append((width, height))

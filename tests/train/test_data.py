@@ -160,3 +160,19 @@ def test_each_command_lists_only_its_options():
         assert fit_only not in check and fit_only not in overfit
     assert "--out" not in overfit and "--lr" in overfit and "--lr" not in check
     assert "--inputs" in check and "e.g. --inputs accel,gyro" in train("fit", "--help")
+
+
+def test_a_jpg_folder_with_one_jpg_in_capitals_trains(tmp_path):
+    """The loader gives mixed extensions under `image`: the trainer's sizes took the
+    first field named like an image, found none, and ended in StopIteration."""
+    from conftest import class_images
+
+    images = class_images(tmp_path / "images", 2, 12)
+    first = next((images / "c0").glob("*.jpg"))
+    first.rename(first.with_suffix(".JPG"))
+    packer_run("pack", images, "-o", tmp_path / "wds", "-q")
+    for args in (["check", tmp_path / "wds", "--out", tmp_path / "check"],
+                 ["fit", tmp_path / "wds", "--out", tmp_path / "run", "--epochs", "1",
+                  "--workers", "0"]):
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
