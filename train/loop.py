@@ -347,6 +347,8 @@ def _epoch_line(record: dict) -> str:
     train, val = record["train"], record["val"] or {}
     parts = [f"epoch {record['epoch']}", f"loss {train['loss']:.4f}"]
     parts += [f"val {k} {val[k]:.4f}" for k in ("loss", "accuracy", "mae", "rmse") if k in val]
+    if "mae_per_target" in val:
+        parts.append("val mae per target " + " ".join(f"{v:.4f}" for v in val["mae_per_target"]))
     parts += [f"{train['samples_per_s']:,.0f} samples/s",
               f"waiting for data {100 * train['data_wait_share']:.0f}%"]
     return ", ".join(parts)

@@ -12,6 +12,7 @@ class Metrics:
         size = len(classes) if classes and task == "classify" else 0
         self.confusion = torch.zeros(size, size, dtype=torch.long, device=device)
         self.sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, n, |e|, e^2
+        self.target_errors = None  # regression: |e| summed per target
 
     def update(self, loss: torch.Tensor, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         count = targets.shape[0]
@@ -22,10 +23,14 @@ class Metrics:
             predicted = outputs.argmax(dim=1)
             self.confusion += torch.bincount(targets * size + predicted,
                                              minlength=size * size).view(size, size)
-        elif self.task == "regress":
-            error = outputs.squeeze(1).double() - targets.double()
-            self.sums[2] += error.abs().sum()
-            self.sums[3] += (error ** 2).sum()
+        elif self.task == "regress":  # one target or several, (B,) or (B, T)
+            error = outputs.double().reshape(count, -1) - targets.double().reshape(count, -1)
+            self.sums[2] += error.abs().mean(dim=1).sum()
+            self.sums[3] += (error ** 2).mean(dim=1).sum()
+            if self.target_errors is None:
+                self.target_errors = torch.zeros(error.shape[1], dtype=torch.float64,
+                                                 device=error.device)
+            self.target_errors += error.abs().sum(dim=0)
         else:
             correct = ((outputs > 0) == (targets > 0.5)).double().mean(dim=1)
             self.sums[2] += correct.sum()
@@ -34,12 +39,16 @@ class Metrics:
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(self.sums)
             dist.all_reduce(self.confusion)
+            if self.target_errors is not None:
+                dist.all_reduce(self.target_errors)
         count = max(self.sums[1].item(), 1)
         out = {"loss": self.sums[0].item() / count, "samples": int(self.sums[1].item())}
         if self.task == "classify":
             out.update(_classification(self.confusion.cpu(), self.classes))
         elif self.task == "regress":
             out.update(mae=self.sums[2].item() / count, rmse=(self.sums[3].item() / count) ** .5)
+            if self.target_errors is not None and len(self.target_errors) > 1:
+                out["mae_per_target"] = (self.target_errors / count).tolist()
         else:
             out["accuracy"] = self.sums[2].item() / count
         return out

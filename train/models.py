@@ -115,12 +115,13 @@ def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float
     return CNN1D(input_shape[0], outputs, width or 64, dropout, norm)
 
 
-def scale_outputs(model: nn.Module, mean: float, std: float) -> None:
+def scale_outputs(model: nn.Module, mean, std) -> None:
     """Regression: the model predicts standardised targets and its outputs are mapped
     back to the targets' own units (the mean and std are buffers, so they are saved
-    with the weights), so that a fresh model starts at the mean whatever its scale."""
-    model.register_buffer("target_mean", torch.tensor(float(mean)))
-    model.register_buffer("target_std", torch.tensor(float(std)))
+    with the weights), so that a fresh model starts at the mean whatever its scale.
+    `mean` and `std` are numbers, or one per target."""
+    model.register_buffer("target_mean", torch.as_tensor(mean, dtype=torch.float32))
+    model.register_buffer("target_std", torch.as_tensor(std, dtype=torch.float32))
     model.register_forward_hook(
         lambda module, args, output: output * module.target_std + module.target_mean)
 

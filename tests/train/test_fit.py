@@ -313,3 +313,19 @@ def test_resume_from_another_models_checkpoint_names_what_differs(colours, tmp_p
     refused = train("fit", colours / "wds", "--out", out, "--epochs", "2", "--width", "16",
                     "--resume", *COMMON, expect=1)
     assert "written for another model" in refused and "--width 8 then, 16 now" in refused
+
+
+def test_a_table_of_two_regression_targets_trains_and_reports_each(tmp_path):
+    rng = np.random.default_rng(0)
+    features = rng.normal(0, 1, (240, 3))
+    targets = np.stack([features @ [1, 2, 0], features @ [0, -1, 3]], axis=1)
+    rows = ["a,b,c,y1,y2"] + [",".join(f"{v:.5f}" for v in (*f, *t))
+                              for f, t in zip(features, targets, strict=True)]
+    (tmp_path / "two.csv").write_text("\n".join(rows) + "\n")
+    packer_run("pack", tmp_path / "two.csv", "--label-column", "y1,y2", "--task", "regress",
+               "--to", "hdf5", "-o", tmp_path / "two.h5", "-q")
+    output = train("fit", tmp_path / "two.h5", "--out", tmp_path / "run", "--epochs", "3",
+                   "--workers", "0")
+    assert "val mae per target" in output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert len(summary["best"]["val"]["mae_per_target"]) == 2
