@@ -75,7 +75,7 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     if config.resume:
         _take_saved_choices(config)
     info = describe(config)
-    recipe.refuse_mixing(config, info)
+    recipe.refuse_inapplicable(config, info)
     require_finite(info, config)
     _, world, _ = setup_distributed(config.device)  # first: the split follows the rank
     choices = recipe.choose_image_size(config, info)

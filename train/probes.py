@@ -25,7 +25,7 @@ def _prepared(config: TrainConfig, shuffle: bool = True):
     description and a loader over the training data."""
     config = replace(config, lr=config.lr or 1e-3)
     info = describe(config)
-    recipe.refuse_mixing(config, info)
+    recipe.refuse_inapplicable(config, info)
     recipe.choose_image_size(config, info)
     train_set, _ = datasets(info, config)
     recipe.choose(config, info, getattr(train_set, "total", len(train_set)), 1)

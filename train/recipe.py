@@ -48,14 +48,36 @@ class Choice:
         return f"  {self.name.replace('_', ' ')} {shown}: {self.why}"
 
 
-def refuse_mixing(config: TrainConfig, info: DataInfo) -> None:
-    """MixUp and CutMix need class targets; CutMix an image."""
+def refuse_inapplicable(config: TrainConfig, info: DataInfo) -> None:
+    """Options that this data would make do nothing are refused, with why: MixUp and
+    CutMix need class targets, CutMix an image; a loss or class weights of another task;
+    a scaled learning rate where the range test chooses it."""
+    task = info.task
+    if config.loss == "focal" and task != "classify":
+        raise PackerError(f"--loss focal weighs the classes of a classification; this is a "
+                          f"{_task_name(task)} task (leave out --loss, or --loss l1 or mse "
+                          "for a regression)")
+    if config.loss in ("l1", "mse") and task != "regress":
+        raise PackerError(f"--loss {config.loss} is a regression loss; this is a "
+                          f"{_task_name(task)} task (leave out --loss, or --loss focal)")
+    if config.class_weights and task != "classify":
+        raise PackerError(f"--class-weights weighs the classes of a classification; this is "
+                          f"a {_task_name(task)} task (leave it out)")
+    if config.scale_lr and config.lr is None:
+        raise PackerError("--scale-lr scales the learning rate you give with --lr by the "
+                          "batch size; without --lr the range test chooses the rate for this "
+                          "batch size already (give --lr, or leave out --scale-lr)")
     if (config.mixup or config.cutmix) and info.task == "regress":
         raise PackerError("--mixup and --cutmix mix class targets; this is a regression "
                           "task (leave them at 0)")
     if config.cutmix and info.kind != "image":
         raise PackerError(f"--cutmix pastes a box of an image into another; these samples "
                           f"hold {info.kind} data (--mixup mixes any input)")
+
+
+def _task_name(task: str) -> str:
+    return {"regress": "regression", "multilabel": "multi-label",
+            "classify": "classification"}.get(task, task)
 
 
 def choose_image_size(config: TrainConfig, info: DataInfo) -> list[Choice]:

@@ -329,3 +329,21 @@ def test_a_table_of_two_regression_targets_trains_and_reports_each(tmp_path):
     assert "val mae per target" in output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert len(summary["best"]["val"]["mae_per_target"]) == 2
+
+
+def test_options_that_would_do_nothing_are_refused_with_why(colours, tmp_path):
+    wds = colours / "wds"
+    for args, said in ((["--loss", "l1"], "--loss l1 is a regression loss"),
+                       (["--scale-lr"], "--scale-lr scales the learning rate you give")):
+        refused = train("fit", wds, "--out", tmp_path / "r", "--epochs", "1", "--image-size",
+                        "16", "--workers", "0", *args, expect=1)
+        assert said in refused
+    rows = "a,y\n" + "".join(f"{i},{i * 0.5}\n" for i in range(40))
+    (tmp_path / "r.csv").write_text(rows)
+    packer_run("pack", tmp_path / "r.csv", "--label-column", "y", "--task", "regress", "--to",
+               "hdf5", "-o", tmp_path / "r.h5", "-q")
+    for args, said in ((["--loss", "focal"], "--loss focal weighs the classes"),
+                       (["--class-weights", "auto"], "--class-weights weighs the classes")):
+        refused = train("fit", tmp_path / "r.h5", "--out", tmp_path / "r2", "--epochs", "1",
+                        "--workers", "0", *args, expect=1)
+        assert said in refused and "regression task" in refused
