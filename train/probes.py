@@ -6,12 +6,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 import packer
 from packer.errors import PackerError
 from train import lr_range, plots, recipe
 from train.config import TrainConfig
-from train.data import IMAGE_MEAN, IMAGE_STD, datasets, describe, to_inputs, to_targets
+from train.data import (
+    IMAGE_MEAN,
+    IMAGE_STD,
+    datasets,
+    describe,
+    image_shape,
+    to_inputs,
+    to_targets,
+)
 from train.finite import non_finite, require_finite
 from train.metrics import strict_json
 from train.run import build
@@ -20,13 +29,17 @@ from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, traini
 IMBALANCE = 5.0  # largest / smallest class count that earns a warning
 
 
-def _prepared(config: TrainConfig, shuffle: bool = True):
+def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = None):
     """The config with its auto fields chosen (the lr 1e-3 unless given), the data's
-    description and a loader over the training data."""
+    description and a loader over the training data; images chosen larger than
+    `largest` a side, where given, are read at `largest` (unless --image-size says)."""
     config = replace(config, lr=config.lr or 1e-3)
     info = describe(config)
     recipe.refuse_inapplicable(config, info)
-    recipe.choose_image_size(config, info)
+    if recipe.choose_image_size(config, info) and largest:
+        side = config.image_size
+        if max(side if isinstance(side, int) else side) > largest:
+            config.image_size, info.input_shape = largest, image_shape(largest)
     train_set, _ = datasets(info, config)
     recipe.choose(config, info, getattr(train_set, "total", len(train_set)), 1)
     train_set.shuffle = shuffle
@@ -117,29 +130,39 @@ def _augmented_grid(run, batch: dict, path: Path) -> Path:
                       f"as the model sees them: --augment {config.augment}{extra}")
 
 
-def overfit(config: TrainConfig, samples: int = 128, max_steps: int = 300) -> dict:
-    """Train on `samples` samples until the loss is near zero; says whether it got there."""
+OVERFIT_SIDE = 32  # images a side: memorising a few samples needs no detail
+OVERFIT_BATCH = 32  # a step of the check stays short on a CPU
+
+
+def overfit(config: TrainConfig, samples: int = 128, max_steps: int = 200) -> dict:
+    """Train on `samples` samples until the loss is near zero; says whether it got there.
+    Bounded for a CPU: images at most OVERFIT_SIDE a side, batches of OVERFIT_BATCH, and
+    `max_steps` steps, unless --image-size and --batch-size say otherwise."""
     config = replace(config, augment="none", dropout=0.0, weight_decay=0.0, mixup=0.0,
                      cutmix=0.0, schedule="constant", warmup_epochs=0)
-    config.batch_size = min(config.batch_size or samples, samples)
-    config, info, loader = _prepared(config, shuffle=False)
+    config.batch_size = min(config.batch_size or OVERFIT_BATCH, samples)
+    config, info, loader = _prepared(config, shuffle=False, largest=OVERFIT_SIDE)
     require_finite(info, config)
     run = build(config, 1, info)
     data = [(to_inputs(b, info, run.device), to_targets(b, info, run.device))
             for b in _first(loader, math.ceil(samples / config.batch_size))]
     run.model.train()
     losses = []
-    for step in range(max_steps):
+    bar = tqdm(range(max_steps), desc="overfit", unit="step", leave=False)
+    for step in bar:
         try:
             losses.append(train_step(run, *data[step % len(data)]).item())
         except NonFiniteLoss:
             raise PackerError(f"overfit: the loss became NaN or infinite at step {step + 1}: "
                               "try a lower --lr") from None
+        bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
         if step >= len(data) and max(losses[-len(data):]) < 0.01:
             break
+    bar.close()
     first, last = losses[0], max(losses[-len(data):])
     reached = last < 0.05 or last < 0.02 * first
     return {"samples": sum(len(t) for _, t in data), "steps": len(losses),
+            "image_size": config.image_size, "batch_size": config.batch_size,
             "first_loss": first, "final_loss": last, "reached": reached,
             "message": (f"overfit: loss {first:.4f} -> {last:.4f} in {len(losses)} steps" if reached
                         else f"did NOT overfit: loss {first:.4f} -> {last:.4f} after "

@@ -347,3 +347,17 @@ def test_options_that_would_do_nothing_are_refused_with_why(colours, tmp_path):
         refused = train("fit", tmp_path / "r.h5", "--out", tmp_path / "r2", "--epochs", "1",
                         "--workers", "0", *args, expect=1)
         assert said in refused and "regression task" in refused
+
+
+def test_overfit_on_photos_is_bounded_for_a_cpu(tmp_path):
+    """128 photos of 200x150 were one batch of 128 at full size for 300 steps (15 minutes
+    on a CPU); the check reads them at 32 px in batches of 32, within its step bound."""
+    from conftest import class_images
+    from train.config import TrainConfig
+    from train.probes import overfit
+
+    class_images(tmp_path / "photos", 2, 64, size=lambda i: (200, 150))
+    packer_run("pack", tmp_path / "photos", "-o", tmp_path / "wds", "-q")
+    result = overfit(TrainConfig(data=str(tmp_path / "wds"), val_split=0.0, workers=0), 128)
+    assert result["image_size"] == 32 and result["batch_size"] == 32
+    assert result["samples"] == 128 and result["steps"] <= 200
