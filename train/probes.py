@@ -38,7 +38,7 @@ def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = N
     recipe.refuse_inapplicable(config, info)
     if recipe.choose_image_size(config, info) and largest:
         side = config.image_size
-        if max(side if isinstance(side, int) else side) > largest:
+        if max((side,) if isinstance(side, int) else side) > largest:
             config.image_size, info.input_shape = largest, image_shape(largest)
     train_set, _ = datasets(info, config)
     recipe.choose(config, info, getattr(train_set, "total", len(train_set)), 1)

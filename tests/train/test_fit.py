@@ -361,3 +361,12 @@ def test_overfit_on_photos_is_bounded_for_a_cpu(tmp_path):
     result = overfit(TrainConfig(data=str(tmp_path / "wds"), val_split=0.0, workers=0), 128)
     assert result["image_size"] == 32 and result["batch_size"] == 32
     assert result["samples"] == 128 and result["steps"] <= 200
+
+
+def test_overfit_keeps_square_images_already_small(colours):
+    """Images of 16 px a side give an image size of one int; the check once failed on it
+    with 'int object is not iterable'."""
+    result = CliRunner().invoke(cli, ["overfit", str(colours / "wds"), "--samples", "16",
+                                      "--workers", "0"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "overfit: loss" in result.output
