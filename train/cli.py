@@ -77,8 +77,9 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                              "(0: none)."),
     "task": (None, "classify, multilabel or regress; auto picks from the manifest."),
     "model": (str, "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto "
-                   "picks. Or any torchvision image classifier, e.g. torchvision:resnet18 "
-                   "(randomly initialised; needs torchvision installed)."),
+                   "picks. Or any timm model, e.g. timm:resnet18, or torchvision image "
+                   "classifier, e.g. torchvision:mobilenet_v2 (randomly initialised unless "
+                   "--pretrained or --weights)."),
     "num_classes": (click.IntRange(min=1), "Expected class count; a different count in the "
                                            "data is an error."),
     "width": (_AutoOr(click.IntRange(min=1), "auto|N"), "Channels of the built-in CNNs, "
@@ -142,9 +143,23 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "brightness/contrast; no flips), flip (light and flips), strong, none."),
     "seed": (click.IntRange(min=0), "Seed for the data order, augmentation and "
                                     "initialisation."),
-    "weights": (str, "Start from this checkpoint's weights (fine-tuning)."),
-    "freeze_backbone": (None, "With --weights: train the head only (feature extraction); for "
-                              "torchvision models every layer but the last Linear is frozen."),
+    "weights": (str, "Start from a weights file and fine-tune: a checkpoint train wrote, a "
+                     "state_dict saved with torch.save, or a .safetensors file, in timm's or "
+                     "torchvision's names, e.g. --weights mobilenet_v2-b0353104.pth. Prints "
+                     "what was loaded and skipped; a file for another architecture is refused."),
+    "pretrained": (None, "Start a timm: or torchvision: model from its ImageNet weights, from "
+                         "the library's own cache (downloaded there once), and fine-tune: "
+                         "e.g. --model timm:resnet18 --pretrained. Offline, copy the cache "
+                         "over or give --weights FILE."),
+    "freeze_epochs": (_AutoOr(click.IntRange(min=0), "auto|N"), "Fine-tuning: train the new "
+                      "head alone for this many epochs (backbone and its BatchNorm statistics "
+                      "frozen), then the whole network, e.g. --freeze-epochs 3 (0: no frozen "
+                      "phase)." + AUTO),
+    "backbone_lr_scale": (click.FloatRange(min=0), "Fine-tuning: the backbone's learning "
+                          "rate as a share of the head's once unfrozen, e.g. "
+                          "--backbone-lr-scale 0.1."),
+    "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
+                              "run (feature extraction)."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
@@ -155,7 +170,7 @@ DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs",
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
-             "freeze_backbone")
+             "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
        "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "resume")
 

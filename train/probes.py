@@ -9,7 +9,7 @@ import torch
 
 import packer
 from packer.errors import PackerError
-from train import lr_range, plots, recipe
+from train import finetune, lr_range, plots, recipe
 from train.config import TrainConfig
 from train.data import IMAGE_MEAN, IMAGE_STD, datasets, describe, to_inputs, to_targets
 from train.finite import non_finite, require_finite
@@ -26,6 +26,7 @@ def _prepared(config: TrainConfig, shuffle: bool = True):
     config = replace(config, lr=config.lr or 1e-3)
     info = describe(config)
     recipe.refuse_mixing(config, info)
+    finetune.prepare_images(config, info)
     recipe.choose_image_size(config, info)
     train_set, _ = datasets(info, config)
     recipe.choose(config, info, getattr(train_set, "total", len(train_set)), 1)
