@@ -176,8 +176,8 @@ def test_frozen_epochs_keep_the_backbone_and_its_statistics(colours, tmp_path):
     start = timm.create_model("resnet18", num_classes=3).state_dict()
     torch.save(start, tmp_path / "start.pt")
     common = ["--model", "timm:resnet18", "--weights", tmp_path / "start.pt", "--freeze-epochs",
-              "1", "--schedule", "constant", "--warmup-epochs", "0", *SMALL,
-              "--image-size", "64"]  # a batch of one still has 2x2 values for BatchNorm
+              "1", "--schedule", "constant", "--warmup-epochs", "0", *SMALL, "--image-size",
+              "64", "--batch-size", "16"]  # BatchNorm statistics of smaller batches stay frozen
     output = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "1", *common)
     assert "epoch 1: the head trains alone, the backbone frozen" in output
     assert "120 tensors loaded; 2 skipped; the head (fc.weight, fc.bias) replaced" in output
@@ -204,6 +204,7 @@ def test_the_recipe_for_a_pretrained_model(colours, hub, tmp_path):
     assert "image size 112: upscaled from 16x16" in output
     assert "normalisation mean 0.485, 0.456, 0.406 std 0.229, 0.224, 0.225" in output
     assert "freeze epochs 1: the new head alone first" in output
+    assert "batchnorm statistics frozen: a batch of 8 a device estimates them worse" in output
     assert "backbone lr scale 0.1" in output and "on the head alone, the backbone frozen" \
         in output
     best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)

@@ -9,9 +9,14 @@ statistics too), then the whole network with the backbone at a lower rate.
                     below half of it, where features learned on ImageNet objects fail
     freeze epochs   a fifth of the epochs (at least 1), a third under 50 training samples
                     a class: the new head settles before its gradients reach the backbone
+    unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
+                    state starts empty); with a batch under 16 a device its BatchNorm
+                    statistics stay frozen the whole run (ImageNet's estimate beats the
+                    batch's)
 """
 
 import math
+from functools import partial
 
 from torch import nn
 
@@ -19,7 +24,8 @@ from packer.errors import PackerError
 from train import pretrained
 from train.config import TrainConfig
 from train.data import DataInfo, image_sizes
-from train.recipe import Choice, image_size
+from train.recipe import GROUP_NORM_BELOW, Choice, image_size
+from train.schedule import lr_factor
 
 FEW_PER_CLASS = 50
 
@@ -103,6 +109,10 @@ def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
     choices = [Choice("backbone_lr_scale", config.backbone_lr_scale,
                       "the backbone learns at this share of the head's rate once unfrozen: "
                       "pretrained features need small changes (--backbone-lr-scale)")]
+    if frozen_statistics(config):
+        choices.append(Choice("batchnorm", "statistics frozen", f"a batch of "
+                              f"{config.batch_size} a device estimates them worse than the "
+                              f"pretrained ones (under {GROUP_NORM_BELOW})"))
     if config.freeze_backbone:
         config.freeze_epochs = config.epochs
         return [Choice("freeze_epochs", config.epochs, "--freeze-backbone: the head alone "
@@ -146,10 +156,15 @@ def enter_epoch(run, epoch: int, first: bool = True) -> str | None:
             f"{run.config.backbone_lr_scale:g} of the head's rate")
 
 
+def frozen_statistics(config: TrainConfig) -> bool:
+    """Whether a pretrained backbone's BatchNorm statistics stay as they are all along."""
+    return fine_tuning(config) and config.batch_size < GROUP_NORM_BELOW
+
+
 def train_mode(run) -> None:
     """model.train(), but a frozen backbone's BatchNorm layers keep their statistics."""
     run.model.train()
-    if not run.frozen:
+    if not run.frozen and not frozen_statistics(run.config):
         return
     model = run.model.module if run.world > 1 else run.model
     head = pretrained.head(model)
@@ -176,6 +191,22 @@ def parameter_groups(model: nn.Module, config: TrainConfig) -> list[dict]:
                    {"params": [p for p in part if p.ndim <= 1], "lr_scale": scale,
                     "weight_decay": 0.0}]
     return groups
+
+
+def schedules(groups: list[dict], steps_per_epoch: int, config: TrainConfig) -> list:
+    """Each parameter group's multiplier of its rate by step: the run's schedule, and
+    for a backbone once unfrozen a warm-up again (Adam's first steps are full size)."""
+    plain = partial(lr_factor, steps_per_epoch=steps_per_epoch, config=config)
+    if not fine_tuning(config) or config.freeze_backbone or not config.freeze_epochs:
+        return [plain for _ in groups]
+    rewarmed = partial(_rewarmed, steps_per_epoch=steps_per_epoch, config=config)
+    return [rewarmed if group["lr_scale"] != 1.0 else plain for group in groups]
+
+
+def _rewarmed(step: int, steps_per_epoch: int, config: TrainConfig) -> float:
+    since = step - config.freeze_epochs * steps_per_epoch
+    warmup = max(int(config.warmup_epochs * steps_per_epoch), 1)
+    return lr_factor(step, steps_per_epoch, config) * min(max(since + 1, 0) / warmup, 1.0)
 
 
 def expected_input(info: DataInfo) -> dict:

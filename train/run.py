@@ -13,7 +13,6 @@ from train import finetune, models
 from train.config import TrainConfig
 from train.data import DataInfo
 from train.losses import loss_function
-from train.schedule import lr_factor
 from train.step import set_seed
 
 
@@ -134,7 +133,7 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.3, patience=2)
     else:
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_factor(step, steps_per_epoch, config))
+            optimizer, finetune.schedules(optimizer.param_groups, steps_per_epoch, config))
     dtype = amp_dtype(config.amp, device)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     loss = loss_function(info.task, info.class_counts, config).to(device)
