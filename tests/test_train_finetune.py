@@ -2,7 +2,11 @@
 (written here: randomly initialised models under the names the libraries expect, so
 nothing is downloaded), --weights files, grey images, the frozen phase."""
 
+import os
+import socket
 import struct
+import subprocess
+import sys
 import urllib.error
 
 import numpy as np
@@ -246,3 +250,21 @@ def test_resume_with_another_model_is_one_message(colours, tmp_path):
     assert f"Error: --resume: {tmp_path / 'run' / 'last.pt'} holds the weights of --model " \
         "auto (width 16), not of the --model timm:mobilenetv3_small_050" in output
     assert "Traceback" not in output
+
+
+def test_ddp_fine_tunes_through_the_unfreezing(colours, tmp_path):
+    start = timm.create_model("resnet18", num_classes=3).state_dict()
+    torch.save(start, tmp_path / "start.pt")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(port), "-m", "train", "fit", str(colours / "wds"), "--out",
+               str(tmp_path / "ddp"), "--model", "timm:resnet18", "--weights",
+               str(tmp_path / "start.pt"), "--epochs", "2", "--freeze-epochs", "1", *SMALL]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("epoch 2: the whole network trains") == 1  # rank 0 prints
+    tuned = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)["model"]
+    assert not torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])

@@ -104,7 +104,11 @@ def _augmented_grid(run, batch: dict, path: Path) -> Path:
     inputs = to_inputs(batch, info, run.device)[:16]
     targets = to_targets(batch, info, run.device)[:16]
     inputs, mixed = training_batch(run, inputs, targets, set_seed(config.seed, 0))
-    if info.decoded_images:
+    if info.model_input is not None:  # a library model's own normalisation
+        shape = (1, -1, 1, 1)
+        shown = (inputs * torch.tensor(info.model_input["std"]).view(shape)
+                 + torch.tensor(info.model_input["mean"]).view(shape))
+    elif info.decoded_images:
         shown = inputs * IMAGE_STD + IMAGE_MEAN
     elif info.kind == "image":
         low = inputs.amin(dim=(1, 2, 3), keepdim=True)
