@@ -83,11 +83,12 @@ def test_predict_single_files_uses_the_run_preprocessing(run, tmp_path):
     [row] = rows(tmp_path / "one.csv")
     loaded = trained_run.load(str(run / "run"))
     assert loaded.image_size == (32, 32)
-    sample = trained_run.ImageFiles([(str(image), -1)], "jpg", (32, 32))[0]
+    sample = trained_run.ImageFiles([(str(image), -1)], (32, 32))[0]
     from train.data import to_inputs
 
-    probs = trained_run.outputs_of(loaded, to_inputs({"jpg": sample["jpg"][None]}, loaded.info,
-                                                     torch.device("cpu")))
+    inputs = to_inputs({"jpg": sample["jpg"][None]}, trained_run.files_info(loaded.info),
+                       torch.device("cpu"))
+    probs = trained_run.outputs_of(loaded, inputs)
     assert row["class_1"] == CLASSES[int(probs.argmax())]
     assert float(row["prob_1"]) == pytest.approx(probs.max().item(), abs=1e-6)
 
@@ -152,3 +153,15 @@ def test_a_checkpoint_without_its_input_record_is_one_message(run, tmp_path):
     output = train("predict", tmp_path / "old.pt", run / "images", "-o", tmp_path / "p.csv",
                    expect=1)
     assert "did not record the model's input" in output and "Traceback" not in output
+
+
+def test_predict_names_what_is_not_an_image(run, tmp_path):
+    (tmp_path / "notes.txt").write_text("not an image")
+    output = train("predict", run / "run", tmp_path / "notes.txt", "-o", tmp_path / "p.csv",
+                   expect=1)
+    assert f"{tmp_path / 'notes.txt'}: not an image file" in output
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    output = train("predict", run / "run", tmp_path / "broken.jpg", "-o", tmp_path / "p.csv",
+                   expect=1)
+    assert f"{tmp_path / 'broken.jpg'}: not an image that can be decoded" in output
+    assert "Traceback" not in output

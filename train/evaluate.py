@@ -16,7 +16,7 @@ from train import plots
 from train.data import AsTraining, describe, part_cache, to_inputs, to_targets
 from train.losses import loss_function
 from train.metrics import Metrics, strict_json
-from train.trained import ImageFiles, Trained
+from train.trained import ImageFiles, Trained, files_info
 
 NO_LABELS = -1
 
@@ -25,9 +25,8 @@ def evaluate(trained: Trained, data: str, out: Path, batch_size: int = 64,
              workers: int = 0) -> dict:
     """The metrics of `trained` on `data`; writes OUT/evaluation.json, and for
     classification OUT/per_class.csv, OUT/confusion.csv and OUT/confusion.png."""
-    info = trained.info
-    loader = packer.DataLoader(_dataset(trained, data), batch_size=batch_size,
-                               num_workers=workers)
+    dataset, info = _dataset(trained, data)
+    loader = packer.DataLoader(dataset, batch_size=batch_size, num_workers=workers)
     config = replace(trained.config, class_weights=None, label_smoothing=0.0)
     loss_fn = loss_function(info.task, None, config)
     metrics = Metrics(info.task, info.classes, trained.device)
@@ -45,8 +44,8 @@ def evaluate(trained: Trained, data: str, out: Path, batch_size: int = 64,
 
 
 def _dataset(trained: Trained, data: str):
-    """DATA's samples in the run's terms: its image size, field names and class ids
-    (matched by class name)."""
+    """DATA's samples in the run's terms (its image size, field names and class ids,
+    matched by class name), and the description its batches are read with."""
     info = trained.info
     arrays = None if info.decoded_images else ",".join(info.inputs)
     size = trained.image_size
@@ -56,12 +55,12 @@ def _dataset(trained: Trained, data: str):
     labels = _labels(info.classes, theirs.classes, data) if info.task == "classify" else None
     if theirs.files is not None:
         files = [(path, labels[label] if labels else label) for path, label in theirs.files]
-        return ImageFiles(files, info.inputs[0], size)
+        return ImageFiles(files, size), files_info(info)
     keys = tuple((a, b) for a, b in zip(theirs.inputs, info.inputs, strict=True) if a != b)
     mapping = AsTraining(labels, keys) if labels or keys else None
     return packer.open_dataset(data, decode="rgb8" if info.decoded_images else "raw",
                                image_size=size, transform=info.keep(mapping),
-                               **part_cache(trained.config))
+                               **part_cache(trained.config)), info
 
 
 def _labels(ours: list[str], theirs: list[str] | None, data: str) -> tuple[int, ...] | None:

@@ -12,17 +12,16 @@ from tqdm import tqdm
 import packer
 from packer import IMAGE_FIELDS, MANIFEST_NAME
 from packer.errors import PackerError
-from packer.sample import KEY
+from train.cache import KEY
 from train.data import Keep, part_cache, to_inputs
-from train.trained import ImageFiles, Trained, outputs_of
+from train.trained import ImageFiles, Trained, files_info, outputs_of
 
 
 def predict(trained: Trained, inputs: list[str], out: Path, top_k: int = 5,
             batch_size: int = 64, workers: int = 0) -> int:
     """Write OUT (CSV); returns the number of rows."""
-    info = trained.info
-    loader = packer.DataLoader(_dataset(trained, inputs), batch_size=batch_size,
-                               num_workers=workers)
+    dataset, info = _dataset(trained, inputs)
+    loader = packer.DataLoader(dataset, batch_size=batch_size, num_workers=workers)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = 0
     with open(out, "w", newline="", encoding="utf-8") as file:
@@ -52,19 +51,20 @@ def _cells(trained: Trained, row: torch.Tensor, top_k: int) -> list:
 
 
 def _dataset(trained: Trained, inputs: list[str]):
-    """A packed dataset (one path holding a manifest), else image files and folders."""
+    """A packed dataset (one path holding a manifest), else image files and folders;
+    and the description its batches are read with."""
     info = trained.info
     if len(inputs) == 1 and (Path(inputs[0]) / MANIFEST_NAME).is_file() or \
             inputs[0].startswith("s3://"):
         keep = Keep((KEY, *info.inputs))
         return packer.open_dataset(inputs[0], decode="rgb8" if info.decoded_images else "raw",
                                    image_size=trained.image_size, transform=keep,
-                                   **part_cache(trained.config))
+                                   **part_cache(trained.config)), info
     if not info.decoded_images:
         raise PackerError(f"the run takes {info.kind} data ({', '.join(info.inputs)}), so "
                           "predict reads it from a packed dataset, not from files")
     files = [(path, -1) for path in _image_files(inputs)]
-    return ImageFiles(files, info.inputs[0], trained.image_size)
+    return ImageFiles(files, trained.image_size), files_info(info)
 
 
 def _image_files(inputs: list[str]) -> list[str]:
@@ -75,8 +75,11 @@ def _image_files(inputs: list[str]) -> list[str]:
         if path.is_dir():
             found += sorted(str(p) for p in path.rglob("*") if p.is_file()
                             and p.suffix[1:].lower() in IMAGE_FIELDS)
-        elif path.is_file():
+        elif path.is_file() and path.suffix[1:].lower() in IMAGE_FIELDS:
             found.append(str(path))
+        elif path.is_file():
+            raise PackerError(f"{name}: not an image file (extensions: "
+                              f"{', '.join(sorted(IMAGE_FIELDS))})")
         else:
             raise PackerError(f"{name}: no such file or folder")
     if not found:

@@ -1,18 +1,19 @@
 """A trained run loaded back for evaluate, predict and export: its best weights, and the
 input its model expects, read from the checkpoint (so it cannot drift from training)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+import packer
 from packer.errors import PackerError
-from packer.read.pillow import rgb8_tensor
-from packer.sample import KEY
 from train import checkpoint, models
 from train.config import TrainConfig
 from train.data import DataInfo
+
+FILES_FIELD = "jpg"  # where packer.LooseImages puts a file's pixels, whatever its format
 
 
 @dataclass
@@ -57,24 +58,21 @@ def load(run: str) -> Trained:
     return Trained(path, config, info, model.to(device).eval(), expected, device)
 
 
-class ImageFiles(torch.utils.data.Dataset):
-    """Image files decoded and resized as the loader does (the same function), under
-    the run's image field, with their class id (-1: none)."""
-
-    def __init__(self, files: list[tuple[str, int]], field: str, size: tuple[int, int]):
-        self.files, self.field, self.size = files, field, size
-
-    def __len__(self) -> int:
-        return len(self.files)
+class ImageFiles(packer.LooseImages):
+    """Image files decoded and resized as the loader does (the same function), with
+    their class id (-1: none); an image that cannot be decoded is one message."""
 
     def __getitem__(self, index: int) -> dict:
-        path, label = self.files[index]
         try:
-            pixels = rgb8_tensor(Path(path).read_bytes(), self.size, Path(path).suffix[1:].lower())
+            return super().__getitem__(index)
         except Exception as err:  # Pillow reports a bad image in many exception types
-            raise PackerError(f"{path}: not an image that can be decoded "
+            raise PackerError(f"{self.files[index][0]}: not an image that can be decoded "
                               f"({type(err).__name__}: {err})") from None
-        return {KEY: path, self.field: pixels, "cls": label}
+
+
+def files_info(info: DataInfo) -> DataInfo:
+    """`info` for batches of ImageFiles, whose images come under "jpg"."""
+    return replace(info, inputs=[FILES_FIELD])
 
 
 def outputs_of(trained: Trained, inputs: torch.Tensor) -> torch.Tensor:
