@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 import click
 
@@ -20,6 +21,7 @@ from train.config import (
     TASKS,
     TrainConfig,
 )
+from train.metrics import strict_json
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 _FRACTION = click.FloatRange(0, 1, max_open=True)
@@ -77,8 +79,9 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                              "(0: none)."),
     "task": (None, "classify, multilabel or regress; auto picks from the manifest."),
     "model": (str, "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto "
-                   "picks. Or any torchvision image classifier, e.g. torchvision:resnet18 "
-                   "(randomly initialised; needs torchvision installed)."),
+                   "picks. Or any timm model, e.g. timm:resnet18, or torchvision image "
+                   "classifier, e.g. torchvision:mobilenet_v2 (randomly initialised unless "
+                   "--pretrained or --weights)."),
     "num_classes": (click.IntRange(min=1), "Expected class count; a different count in the "
                                            "data is an error."),
     "width": (_AutoOr(click.IntRange(min=1), "auto|N"), "Channels of the built-in CNNs, "
@@ -142,9 +145,23 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "brightness/contrast; no flips), flip (light and flips), strong, none."),
     "seed": (click.IntRange(min=0), "Seed for the data order, augmentation and "
                                     "initialisation."),
-    "weights": (str, "Start from this checkpoint's weights (fine-tuning)."),
-    "freeze_backbone": (None, "With --weights: train the head only (feature extraction); for "
-                              "torchvision models every layer but the last Linear is frozen."),
+    "weights": (str, "Start from a weights file and fine-tune: a checkpoint train wrote, a "
+                     "state_dict saved with torch.save, or a .safetensors file, in timm's or "
+                     "torchvision's names, e.g. --weights mobilenet_v2-b0353104.pth. Prints "
+                     "what was loaded and skipped; a file for another architecture is refused."),
+    "pretrained": (None, "Start a timm: or torchvision: model from its ImageNet weights, from "
+                         "the library's own cache (downloaded there once), and fine-tune: "
+                         "e.g. --model timm:resnet18 --pretrained. Offline, copy the cache "
+                         "over or give --weights FILE."),
+    "freeze_epochs": (_AutoOr(click.IntRange(min=0), "auto|N"), "Fine-tuning: train the new "
+                      "head alone for this many epochs (backbone and its BatchNorm statistics "
+                      "frozen), then the whole network, e.g. --freeze-epochs 3 (0: no frozen "
+                      "phase)." + AUTO),
+    "backbone_lr_scale": (click.FloatRange(min=0), "Fine-tuning: the backbone's learning "
+                          "rate as a share of the head's once unfrozen, e.g. "
+                          "--backbone-lr-scale 0.1."),
+    "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
+                              "run (feature extraction)."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
@@ -155,7 +172,7 @@ DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs",
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
-             "freeze_backbone")
+             "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
        "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "resume")
 
@@ -291,6 +308,93 @@ def lr_find(data, out, steps, **options):
     result = run_lr_find(TrainConfig(data=data, out=out, val_split=0.0, **options), steps)
     click.echo(f"suggested learning rate: {result['suggested_lr']:.3g} (the loss was lowest "
                f"at {result['min_loss_lr']:.3g}); plot in {out}/lr_find.png")
+
+
+@cli.command("evaluate")
+@click.argument("run")
+@click.argument("data")
+@click.option("--out", default=None, help="Folder for evaluation.json, per_class.csv, "
+              "confusion.csv and confusion.png, e.g. --out runs/exp1/eval-test (default: "
+              "RUN/evaluate).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Samples a forward pass, e.g. --batch-size 256.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="DataLoader worker processes that read and decode, e.g. --workers 4.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def evaluate_command(run, data, out, batch_size, workers, as_json):
+    """Score a trained RUN (its best.pt) on DATA: a packed dataset or a folder of class
+    sub-folders. Prints accuracy, per-class precision, recall and F1 and the confusion
+    matrix (regression: MAE and RMSE) and writes them as JSON, CSV and a PNG.
+
+    \b
+    Example:
+      train evaluate runs/exp1 ./test-wds
+      train evaluate runs/exp1 ./photos/test --out runs/exp1/eval-photos
+    """
+    from train.evaluate import evaluate, summary
+    from train.trained import load
+
+    trained = load(run)
+    folder = Path(out) if out else trained.path.parent / "evaluate"
+    result = evaluate(trained, data, folder, batch_size, workers)
+    if as_json:
+        click.echo(json.dumps(strict_json(result)))
+        return
+    click.echo(summary(result, trained.info.classes))
+    click.echo(f"written to {folder}")
+
+
+@cli.command("predict")
+@click.argument("run")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--out", default="predictions.csv", show_default=True,
+              help="The CSV to write: one row per input, e.g. -o runs/exp1/predictions.csv.")
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Classes a row, most probable first, e.g. --top-k 3.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Samples a forward pass, e.g. --batch-size 256.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="DataLoader worker processes that read and decode, e.g. --workers 4.")
+def predict_command(run, inputs, out, top_k, batch_size, workers):
+    """Predict with a trained RUN (its best.pt) on INPUTS: a packed dataset, folders of
+    images (searched through) or image files. Each input is prepared as in training
+    (size, normalisation: read from the checkpoint).
+
+    \b
+    Example:
+      train predict runs/exp1 ./new-photos -o predictions.csv
+      train predict runs/exp1 a.jpg b.png --top-k 3
+    """
+    from train.predict import predict
+    from train.trained import load
+
+    rows = predict(load(run), list(inputs), Path(out), top_k, batch_size, workers)
+    click.echo(f"{rows:,} predictions written to {out}")
+
+
+@cli.command("export")
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["onnx", "torchscript"]), default="onnx",
+              show_default=True, help="onnx (onnxruntime, TensorRT, ...) or torchscript "
+              "(torch.jit.load), e.g. --format torchscript.")
+@click.option("-o", "--out", default=None, help="The model file to write, e.g. -o "
+              "model.onnx (default: model.onnx or model.torchscript.pt beside RUN's best.pt); "
+              "its preprocessing goes beside it as NAME.preprocess.json.")
+def export_command(run, fmt, out):
+    """Export a trained RUN's best weights to run without this toolkit, with the
+    preprocessing its input needs (size, mean, std, classes) beside them as JSON.
+
+    \b
+    Example:
+      train export runs/exp1 --format onnx
+      train export runs/exp1 --format torchscript -o deploy/model.pt
+    """
+    from train.export import default_path, export
+    from train.trained import load
+
+    trained = load(run)
+    model, recipe = export(trained, fmt, Path(out) if out else default_path(trained, fmt))
+    click.echo(f"{fmt} model written to {model}, its preprocessing to {recipe}")
 
 
 def main():

@@ -59,6 +59,9 @@ class TrainConfig:
     augment: str = "light"
     seed: int = 0
     weights: str | None = None
+    pretrained: bool = False  # a timm or torchvision model's own pretrained weights
+    freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)
+    backbone_lr_scale: float = 0.1  # fine-tuning: the backbone's share of the rate
     freeze_backbone: bool = False
     resume: bool = False
 

@@ -65,6 +65,7 @@ class DataInfo:
     targets: int = 1  # regression: values per sample
     val_transform: AsTraining | None = None  # --val samples in the training data's terms
     target_stats: dict | None = None  # regression: the targets' mean and std (training set)
+    model_input: dict | None = None  # a pretrained model's own mean, std and interpolation
 
     @property
     def num_outputs(self) -> int:
@@ -360,14 +361,29 @@ def datasets(info: DataInfo, config: TrainConfig):
 def to_inputs(batch: dict, info: DataInfo, device: torch.device,
               channels_last: bool = False) -> torch.Tensor:
     """A collated batch's input tensor, on the device, as float and normalised."""
-    if info.decoded_images:
+    if info.model_input is not None:  # a library model's own normalisation
+        pixels = batch[info.inputs[0]].to(device, non_blocking=True).float() / 255
+        images = _normalise(pixels if info.decoded_images else pixels.unsqueeze(1),
+                            info.model_input)
+    elif info.decoded_images:
         images = batch[info.inputs[0]].to(device, non_blocking=True)
         images = (images.float() / 255 - IMAGE_MEAN) / IMAGE_STD
     else:
         images = _normalise(_arrays(batch, info, device), info.stats)
+    if info.kind == "image" and tuple(images.shape[-2:]) != tuple(info.input_shape[1:]):
+        images = _resized(images, info)
     if channels_last and info.kind == "image":
         return images.contiguous(memory_format=torch.channels_last)
     return images
+
+
+def _resized(images: torch.Tensor, info: DataInfo) -> torch.Tensor:
+    """Array images (which the loader does not resize) at the model's input size."""
+    mode = (info.model_input or {}).get("interpolation", "bilinear")
+    mode = mode if mode in ("bilinear", "bicubic", "nearest") else "bilinear"
+    return torch.nn.functional.interpolate(images, size=tuple(info.input_shape[1:]), mode=mode,
+                                           align_corners=False if mode != "nearest" else None,
+                                           antialias=mode != "nearest")
 
 
 def _arrays(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 import packer
 from packer.errors import PackerError
-from train import checkpoint, lr_range, plots, recipe
+from train import checkpoint, finetune, lr_range, plots, recipe
 from train.cache import KEY, RamCache
 from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe, to_inputs, to_targets
@@ -34,7 +34,8 @@ from train.step import (
 )
 
 CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
-          "patience", "norm", "cache")  # fields a resumed run takes from its checkpoint
+          "patience", "norm", "cache", "freeze_epochs")  # a resumed run takes these from its
+# checkpoint
 
 
 @dataclass
@@ -72,16 +73,18 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     """The run's config with every auto field chosen, and its data."""
     config = replace(config)
     _writable_out(Path(config.out))
+    finetune.refuse_misuse(config)
     if config.resume:
         _take_saved_choices(config)
     info = describe(config)
     recipe.refuse_inapplicable(config, info)
     require_finite(info, config)
     _, world, _ = setup_distributed(config.device)  # first: the split follows the rank
-    choices = recipe.choose_image_size(config, info)
+    choices = finetune.prepare_images(config, info) + recipe.choose_image_size(config, info)
     train_set, val_set = datasets(info, config)
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
+    choices += finetune.choose(config, info, total)
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
@@ -95,7 +98,9 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     data = Data(info, train_set, loader, val_loader, cache, val_cache, order, choices,
                 max(steps, 1), config.seed)
     if config.lr is None:
-        _choose_lr(config, data)
+        config.lr, why = _range_test(config, data)
+        config.scale_lr = False
+        data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), why))
     return config, data
 
 
@@ -124,9 +129,12 @@ def _take_saved_choices(config: TrainConfig) -> None:
             setattr(config, name, saved[name])
 
 
-def _choose_lr(config: TrainConfig, data: Data) -> None:
-    """--lr auto: a short range test on the training data, on a model of its own."""
+def _range_test(config: TrainConfig, data: Data) -> tuple[float, str]:
+    """--lr auto: (the rate, why) from a short range test on the training data, on a
+    model of its own, in the first epoch's phase: when fine-tuning, on the head alone
+    while the backbone is frozen (the backbone's rate is its share of the head's)."""
     probe = build(replace(config, lr=lr_range.LOW, scale_lr=False), data.steps, data.info)
+    finetune.enter_epoch(probe, 0)
 
     def batches():
         set_seed(config.seed, 0)
@@ -135,15 +143,15 @@ def _choose_lr(config: TrainConfig, data: Data) -> None:
                  to_targets(b, data.info, probe.device)) for b in data.loader)
 
     result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW)
-    config.lr, config.scale_lr = rank0_value(result["suggested_lr"]), False
-    data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), lr_range.why(result)))
+    phase = " on the head alone, the backbone frozen" if probe.frozen else ""
+    return rank0_value(result["suggested_lr"]), lr_range.why(result) + phase
 
 
 def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
                 steps: int) -> dict:
     """One pass; returns the mean loss, samples/s and the share of time spent waiting."""
     config = run.config
-    run.model.train()
+    finetune.train_mode(run)
     total_loss, samples, waited = 0.0, 0, 0.0
     share = Share()
     began = mark = time.perf_counter()
@@ -251,7 +259,8 @@ def _state(run: Run, epoch: int, best: list | None, best_epoch: int, stale: int)
             "scheduler": run.scheduler.state_dict(),
             "scaler": run.scaler.state_dict() if run.scaler else None, "epoch": epoch,
             "best": best, "best_epoch": best_epoch, "stale": stale,
-            "config": run.config.to_dict(), "history": run.history}
+            "config": run.config.to_dict(), "history": run.history,
+            "data": finetune.expected_input(run.info)}
 
 
 def _restore(run: Run) -> tuple[int, list | None, int, int]:
@@ -297,7 +306,7 @@ def fit(config: TrainConfig) -> dict:
     config, data = prepare(config)
     run = build(config, data.steps, data.info)
     if run.main:
-        print(recipe.report(data.choices), flush=True)
+        print("\n".join([recipe.report(data.choices), *run.notes]), flush=True)
         run.out.mkdir(parents=True, exist_ok=True)
     start, best, best_epoch, stale = 0, None, -1, 0
     if config.resume:
@@ -310,6 +319,9 @@ def fit(config: TrainConfig) -> dict:
     writer = _tensorboard(run)
     for epoch in range(start, config.epochs):
         generator = set_seed(config.seed, epoch)  # dropout too: the same after a resume
+        phase = finetune.enter_epoch(run, epoch, first=epoch == start)
+        if phase and run.main:
+            print(phase, flush=True)
         train = train_epoch(run, data.epoch(epoch, generator), epoch, generator, data.steps)
         val = evaluate(run, data.val()) if data.val_loader else None
         broken = _broken(run, val)

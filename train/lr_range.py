@@ -8,6 +8,7 @@ decade keeps that within a factor of about two, inside the factor of ten taken o
 
 import math
 
+from train import finetune
 from train.run import any_rank
 from train.step import NonFiniteLoss, set_seed, train_step, training_batch
 
@@ -21,13 +22,13 @@ def sweep(run, batches, steps: int, low: float = LOW, high: float = HIGH) -> dic
     targets) on the device each call, read again while more steps are due); stops once
     the loss diverges. Returns the rates, the smoothed losses and the suggestion (never
     below the lowest rate tried)."""
-    run.model.train()
+    finetune.train_mode(run)
     generator = set_seed(run.config.seed)
     rates, losses, smooth = [], [], None
     for step, (inputs, targets) in zip(range(steps), _again(batches), strict=False):
         lr = low * (high / low) ** (step / max(steps - 1, 1))
         for group in run.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # a backbone's share stays
         try:
             loss = train_step(run, *training_batch(run, inputs, targets, generator)).item()
         except NonFiniteLoss:

@@ -1,14 +1,14 @@
-"""Compact models defined here (no downloads), chosen from the data, or torchvision's."""
+"""Compact models defined here (no downloads), chosen from the data, or timm's and
+torchvision's (train.pretrained)."""
 
-import difflib
 import math
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from packer.errors import PackerError
-from train import checkpoint
+from train import pretrained as library
+from train import weights
 
 
 def norm_layer(kind: str, channels: int, dims: int = 2) -> nn.Module:
@@ -87,27 +87,24 @@ class CNN1D(nn.Module):
 
 MODELS = {"resnet": "image", "mlp": "vector", "cnn1d": "sequence"}
 _AUTO = {"image": "resnet", "vector": "mlp", "sequence": "cnn1d"}
-TORCHVISION = "torchvision:"
 
 
 def build(name: str, kind: str, input_shape: tuple, outputs: int, dropout: float,
-          width: int | None = None, norm: str = "batch") -> nn.Module:
+          width: int | None = None, norm: str = "batch", pretrained: bool = False) -> nn.Module:
     """The model for `kind` data; `width` (None: the model's own default) and `norm` apply
-    to the built-in models."""
+    to the built-in models, `pretrained` to timm's and torchvision's."""
     if name == "auto":
         name = _AUTO[kind]
-    family = "image" if name.startswith(TORCHVISION) else MODELS.get(name)
+    family = "image" if library.is_library_model(name) else MODELS.get(name)
     if family is None:
-        raise PackerError(f"--model {name}: use one of auto, {', '.join(MODELS)} or "
-                          f"{TORCHVISION}NAME (e.g. {TORCHVISION}resnet18)")
+        raise PackerError(f"--model {name}: use one of auto, {', '.join(MODELS)}, "
+                          f"{library.TIMM}NAME (e.g. {library.TIMM}resnet18) or "
+                          f"{library.TORCHVISION}NAME (e.g. {library.TORCHVISION}resnet18)")
     if family != kind:
         raise PackerError(f"--model {name} is for {family} data; this dataset holds "
                           f"{kind} data")
-    if name.startswith(TORCHVISION) and input_shape[0] != 3:
-        raise PackerError(f"--model {name} takes RGB images; these have {input_shape[0]} "
-                          "channel(s): use --model resnet")
-    if name.startswith(TORCHVISION):
-        return _torchvision_model(name.removeprefix(TORCHVISION), outputs)
+    if library.is_library_model(name):
+        return library.build(name, outputs, input_shape[0], pretrained)
     if name == "resnet":
         return SmallResNet(outputs, width or 32, dropout, input_shape[0], norm)
     if name == "mlp":
@@ -126,45 +123,10 @@ def scale_outputs(model: nn.Module, mean, std) -> None:
         lambda module, args, output: output * module.target_std + module.target_mean)
 
 
-def _torchvision_model(name: str, outputs: int) -> nn.Module:
-    """An image classifier from torchvision, randomly initialised (--weights loads weights)."""
-    try:
-        from torchvision import models as zoo
-    except ImportError:
-        raise PackerError(
-            f"--model {TORCHVISION}{name} needs torchvision, an optional extra that packer "
-            "does not install: pip install torchvision (the build that matches your torch, "
-            "see https://pytorch.org/get-started/locally/). The built-in models (auto, "
-            f"{', '.join(MODELS)}) need nothing more.") from None
-    names = zoo.list_models(module=zoo)
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise PackerError(
-            f"--model {TORCHVISION}{name}: torchvision has no image classifier of that name."
-            f"{hint} To see them all: python -c \"import torchvision.models as m; "
-            "print(m.list_models(module=m))\"")
-    return zoo.get_model(name, weights=None, num_classes=outputs)
-
-
-def freeze_backbone(model: nn.Module) -> None:
-    """Train the classifier only: the last nn.Linear layer (the head of every model here)."""
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise PackerError("--freeze-backbone: the model has no nn.Linear layer to keep "
-                          "trainable")
-    model.requires_grad_(False)
-    linears[-1].requires_grad_(True)
-
-
-def load_weights(model: nn.Module, path: str, freeze: bool) -> None:
-    """Start from a checkpoint's weights (the head is kept if it fits)."""
-    state = checkpoint.load(Path(path), torch.device("cpu"),
-                            instead="give --weights a checkpoint train wrote (best.pt or "
-                                    "last.pt) or a state_dict saved with torch.save")
-    state = state.get("model", state) if isinstance(state, dict) else state
-    own = model.state_dict()
-    fitting = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(fitting, strict=False)
-    if freeze:
-        freeze_backbone(model)
+def load_weights(model: nn.Module, path: str, name: str, outputs: int,
+                 classes: list[str] | None) -> str:
+    """Start from a weights file; the head is kept only from a run train wrote for the
+    same classes. Returns what was loaded and skipped, to print."""
+    file = weights.read(path)
+    keep = file.model is not None and file.classes == classes
+    return weights.load(model, file, name, outputs, keep).report(file.path, outputs)

@@ -54,7 +54,8 @@ def curves(records: list[dict], best_epoch: int, path: Path) -> Path:
     return path
 
 
-def confusion(matrix: list[list[int]], classes: list[str], path: Path, epoch: int) -> Path:
+def confusion(matrix: list[list[int]], classes: list[str], path: Path, epoch: int | None,
+              title: str | None = None) -> Path:
     """Rows the true class, columns the predicted one, counts in the cells."""
     plt = _pyplot()
     size = len(classes)
@@ -69,7 +70,7 @@ def confusion(matrix: list[list[int]], classes: list[str], path: Path, epoch: in
                           color="white" if value > high / 2 else "black")
         axis.set_xticks(range(size), classes, rotation=90, fontsize=7)
         axis.set_yticks(range(size), classes, fontsize=7)
-    axis.set(xlabel="predicted", ylabel="true", title=f"validation, best epoch {epoch}")
+    axis.set(xlabel="predicted", ylabel="true", title=title or f"validation, best epoch {epoch}")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

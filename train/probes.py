@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 import packer
 from packer.errors import PackerError
-from train import lr_range, plots, recipe
+from train import finetune, lr_range, plots, recipe
 from train.config import TrainConfig
 from train.data import (
     IMAGE_MEAN,
@@ -36,6 +36,7 @@ def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = N
     config = replace(config, lr=config.lr or 1e-3)
     info = describe(config)
     recipe.refuse_inapplicable(config, info)
+    finetune.prepare_images(config, info)
     if recipe.choose_image_size(config, info) and largest:
         side = config.image_size
         if max((side,) if isinstance(side, int) else side) > largest:
@@ -116,7 +117,11 @@ def _augmented_grid(run, batch: dict, path: Path) -> Path:
     inputs = to_inputs(batch, info, run.device)[:16]
     targets = to_targets(batch, info, run.device)[:16]
     inputs, mixed = training_batch(run, inputs, targets, set_seed(config.seed, 0))
-    if info.decoded_images:
+    if info.model_input is not None:  # a library model's own normalisation
+        shape = (1, -1, 1, 1)
+        shown = (inputs * torch.tensor(info.model_input["std"]).view(shape)
+                 + torch.tensor(info.model_input["mean"]).view(shape))
+    elif info.decoded_images:
         shown = inputs * IMAGE_STD + IMAGE_MEAN
     elif info.kind == "image":
         low = inputs.amin(dim=(1, 2, 3), keepdim=True)

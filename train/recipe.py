@@ -119,7 +119,7 @@ def choose(config: TrainConfig, info: DataInfo, samples: int, world: int) -> lis
         config.batch_size = picks[0].value
     picks += _capacity(config, info, samples)
     picks += _length(config, info, per_rank)
-    if config.norm == "auto":
+    if config.norm == "auto" and ":" not in config.model:  # timm's and torchvision's own
         norm = "group" if config.batch_size < GROUP_NORM_BELOW else "batch"
         picks.append(Choice("norm", norm, f"{'GroupNorm' if norm == 'group' else 'BatchNorm'}"
                             f" for a batch of {config.batch_size} per device (GroupNorm "

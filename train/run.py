@@ -9,11 +9,10 @@ import torch.distributed as dist
 from torch import nn
 
 from packer.errors import PackerError
-from train import models
+from train import finetune, models
 from train.config import TrainConfig
 from train.data import DataInfo
 from train.losses import loss_function
-from train.schedule import lr_factor
 from train.step import set_seed
 
 
@@ -32,6 +31,8 @@ class Run:
     world: int = 1
     out: Path = Path("runs/exp")
     history: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # lines to print before training
+    frozen: bool = False  # the backbone, while the head trains alone
 
     @property
     def main(self) -> bool:
@@ -99,12 +100,11 @@ def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    # No weight decay on biases and norm scales: decaying them only hurts.
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim > 1],
-               "weight_decay": config.weight_decay or 0.0},
-              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+    """Every parameter, frozen ones too (they take no step while they have no gradient)."""
+    groups = finetune.parameter_groups(model, config)
     lr = config.effective_lr()
+    for group in groups:
+        group["lr"] = lr * group["lr_scale"]
     if config.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=config.momentum, nesterov=True)
     if config.optimizer == "adam":
@@ -116,15 +116,13 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
     rank, world, local_rank = setup_distributed(config.device)
     device = pick_device(local_rank, config.device)
     set_seed(config.seed)  # the same initial weights on every rank and every run
+    finetune.refuse_misuse(config)
     model = models.build(config.model, info.kind, info.input_shape, info.num_outputs,
-                         config.dropout or 0.0, config.width, config.norm)
+                         config.dropout or 0.0, config.width, config.norm, config.pretrained)
+    notes = [models.load_weights(model, config.weights, config.model, info.num_outputs,
+                                 info.classes)] if config.weights else []
     if info.target_stats:
         models.scale_outputs(model, info.target_stats["mean"], info.target_stats["std"])
-    if config.weights:
-        models.load_weights(model, config.weights, config.freeze_backbone)
-    elif config.freeze_backbone:
-        raise PackerError("--freeze-backbone needs --weights: a checkpoint whose backbone "
-                          "is worth keeping")
     model = model.to(device, memory_format=torch.channels_last if config.channels_last
                      else torch.preserve_format)
     if world > 1:
@@ -135,9 +133,9 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.3, patience=2)
     else:
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_factor(step, steps_per_epoch, config))
+            optimizer, finetune.schedules(optimizer.param_groups, steps_per_epoch, config))
     dtype = amp_dtype(config.amp, device)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     loss = loss_function(info.task, info.class_counts, config).to(device)
     return Run(config, info, device, model, optimizer, scheduler, scaler, dtype, loss, rank,
-               world, Path(config.out))
+               world, Path(config.out), notes=notes)

@@ -30,8 +30,11 @@ class LooseImages(torch.utils.data.Dataset):
     """The baseline: one file opened, read and (unless `decode` is off) decoded per
     sample, as people write it by hand; samples look like the loader's."""
 
-    def __init__(self, files: list[tuple[str, int]], image_size: int, decode: bool = True):
-        self.files, self.decode, self.size = files, decode, (image_size, image_size)
+    def __init__(self, files: list[tuple[str, int]], image_size, decode: bool = True):
+        """`image_size`: a square's side, or (height, width)."""
+        self.files, self.decode = files, decode
+        self.size = (image_size, image_size) if isinstance(image_size, int) else \
+            tuple(image_size)
 
     def __len__(self) -> int:
         return len(self.files)

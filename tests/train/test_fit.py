@@ -80,7 +80,7 @@ def test_bad_inputs_fail_before_training(colours, tmp_path):
         "fit", colours / "wds", "--out", tmp_path / "x", "--model", "mlp", expect=1)
     assert "--num-classes 5, but" in train(
         "fit", colours / "wds", "--out", tmp_path / "x", "--num-classes", "5", expect=1)
-    assert "--freeze-backbone needs --weights" in train(
+    assert "--freeze-backbone needs --pretrained or --weights" in train(
         "fit", colours / "wds", "--out", tmp_path / "x", "--freeze-backbone", expect=1)
     unlabelled = tmp_path / "unlabelled"
     packer_run("pack", colours / "images", "--unlabelled", "-o", unlabelled, "-q")

@@ -1,4 +1,4 @@
-"""`--model torchvision:NAME` through a small stand-in torchvision (the real one is optional)."""
+"""`--model torchvision:NAME` through a small stand-in torchvision (no download)."""
 
 import json
 import sys
@@ -64,9 +64,9 @@ def test_builds_a_torchvision_model_for_images(torchvision):
     assert isinstance(model, TinyNet) and model(torch.zeros(2, 3, 16, 16)).shape == (2, 5)
 
 
-def test_without_torchvision_the_error_says_it_is_optional(monkeypatch):
+def test_without_torchvision_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision", None)
-    with pytest.raises(PackerError, match="optional") as error:
+    with pytest.raises(PackerError, match="not installed") as error:
         models.build("torchvision:resnet18", "image", (3, 16, 16), 5, 0.0)
     assert "pip install torchvision" in str(error.value)
     assert "built-in models" in str(error.value)
@@ -83,14 +83,14 @@ def test_torchvision_models_are_for_images_only(torchvision):
         models.build("torchvision:tinynet", "vector", (4,), 2, 0.0)
 
 
-def test_freeze_backbone_keeps_only_the_last_linear_trainable(torchvision, tmp_path):
+def test_weights_load_the_backbone_and_replace_the_head(torchvision, tmp_path):
     model = models.build("torchvision:tinynet", "image", (3, 16, 16), 3, 0.0)
     torch.save({"model": model.state_dict()}, tmp_path / "w.pt")
     fresh = models.build("torchvision:tinynet", "image", (3, 16, 16), 3, 0.0)
-    models.load_weights(fresh, str(tmp_path / "w.pt"), freeze=True)
-    trainable = [name for name, p in fresh.named_parameters() if p.requires_grad]
-    assert trainable == ["fc.weight", "fc.bias"]
+    report = models.load_weights(fresh, str(tmp_path / "w.pt"), "torchvision:tinynet", 3, None)
+    assert "4 tensors loaded; 2 skipped; the head (fc.weight, fc.bias) replaced" in report
     assert torch.equal(fresh.features[0].weight, model.features[0].weight)
+    assert not torch.equal(fresh.fc.weight, model.fc.weight)
 
 
 def test_fit_and_fine_tune_through_the_cli(torchvision, images, tmp_path):

@@ -1,0 +1,218 @@
+"""Fine-tuning a pretrained network (`--pretrained` or `--weights`): the input its
+weights expect, the head trained alone first with the backbone frozen (BatchNorm
+statistics too), then the whole network with the backbone at a lower rate.
+
+    normalisation   a timm or torchvision model: the mean and std its weights were
+                    trained with (timm's pretrained config; ImageNet's for torchvision)
+    image size      the size the weights were trained at (e.g. 224) for images that
+                    large or larger; smaller images keep their own size, upscaled only
+                    below half of it, where features learned on ImageNet objects fail
+    freeze epochs   a fifth of the epochs (at least 1), a third under 50 training samples
+                    a class: the new head settles before its gradients reach the backbone
+    unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
+                    state starts empty); with a batch under 16 a device its BatchNorm
+                    statistics stay frozen the whole run (ImageNet's estimate beats the
+                    batch's)
+"""
+
+import math
+from functools import partial
+
+from torch import nn
+
+from packer.errors import PackerError
+from train import pretrained
+from train.config import TrainConfig
+from train.data import DataInfo, image_sizes
+from train.recipe import GROUP_NORM_BELOW, Choice, image_size
+from train.schedule import lr_factor
+
+FEW_PER_CLASS = 50
+
+
+def fine_tuning(config: TrainConfig) -> bool:
+    return bool(config.pretrained or config.weights)
+
+
+def refuse_misuse(config: TrainConfig) -> None:
+    """Options that would do nothing (or nothing sensible) with this model."""
+    if config.pretrained and not pretrained.is_library_model(config.model):
+        raise PackerError(f"--pretrained needs a timm or torchvision model (e.g. --model "
+                          f"timm:resnet18); --model {config.model} is built here and has no "
+                          "pretrained weights (--weights FILE starts it from a file)")
+    if config.freeze_backbone and not fine_tuning(config):
+        raise PackerError("--freeze-backbone needs --pretrained or --weights: a backbone "
+                          "worth keeping")
+    if config.freeze_epochs and not fine_tuning(config):
+        raise PackerError(f"--freeze-epochs {config.freeze_epochs} needs --pretrained or "
+                          "--weights: there is no pretrained backbone to keep frozen")
+
+
+def prepare_images(config: TrainConfig, info: DataInfo) -> list[Choice]:
+    """A library model's normalisation and, when fine-tuning, its image size (set on
+    `config` and `info`); grey array images resized on the device when asked."""
+    if info.kind != "image" or not pretrained.is_library_model(config.model):
+        return _array_size(config, info, [])
+    expected = pretrained.preprocessing(config.model, info.input_shape[0])
+    info.model_input = {k: expected[k] for k in ("mean", "std", "interpolation")}
+    choices = [Choice("normalisation", _shown(expected),
+                      f"the mean and std {config.model}'s weights were trained with")]
+    if fine_tuning(config) and config.image_size is None:
+        choices.append(_pretrained_size(config, info, expected))
+    return _array_size(config, info, choices)
+
+
+def _shown(expected: dict) -> str:
+    return (f"mean {', '.join(f'{v:.3f}' for v in expected['mean'])} std "
+            f"{', '.join(f'{v:.3f}' for v in expected['std'])}")
+
+
+def _pretrained_size(config: TrainConfig, info: DataInfo, expected: dict) -> Choice:
+    trained = expected["size"]
+    if info.decoded_images:
+        own, _ = image_size(image_sizes(info, config), square=info.files is not None)
+    else:
+        own = tuple(info.input_shape[1:])
+    sides = (own, own) if isinstance(own, int) else own
+    least = trained // 2
+    if min(sides) >= trained or expected.get("fixed"):
+        size, why = trained, f"the size {config.model}'s weights were trained at"
+    elif min(sides) >= least:
+        size, why = own, (f"the images' own size: at least half the {trained} px the weights "
+                          "were trained at")
+    else:
+        size = least
+        why = (f"upscaled from {sides[1]}x{sides[0]}: the pretrained weights need objects at "
+               f"least half the scale they were trained at ({trained} px)")
+    config.image_size = size
+    return Choice("image_size", size, why)
+
+
+def _array_size(config: TrainConfig, info: DataInfo, choices: list) -> list[Choice]:
+    """Array images (grey) take --image-size through an on-device resize."""
+    if info.kind == "image" and not info.decoded_images and config.image_size is not None:
+        size = config.image_size
+        info.input_shape = (info.input_shape[0], *((size, size) if isinstance(size, int)
+                                                   else size))
+    elif info.decoded_images and config.image_size is not None:
+        size = config.image_size
+        info.input_shape = (3, *((size, size) if isinstance(size, int) else size))
+    return choices
+
+
+def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
+    """The fine-tuning recipe once the epochs are known: the frozen epochs, the
+    backbone's rate; nothing when not fine-tuning."""
+    if not fine_tuning(config):
+        config.freeze_epochs = config.freeze_epochs or 0
+        return []
+    choices = [Choice("backbone_lr_scale", config.backbone_lr_scale,
+                      "the backbone learns at this share of the head's rate once unfrozen: "
+                      "pretrained features need small changes (--backbone-lr-scale)")]
+    if frozen_statistics(config):
+        choices.append(Choice("batchnorm", "statistics frozen", f"a batch of "
+                              f"{config.batch_size} a device estimates them worse than the "
+                              f"pretrained ones (under {GROUP_NORM_BELOW})"))
+    if config.freeze_backbone:
+        config.freeze_epochs = config.epochs
+        return [Choice("freeze_epochs", config.epochs, "--freeze-backbone: the head alone "
+                       "for the whole run (feature extraction)")]
+    if config.freeze_epochs is None:
+        per_class = samples / max(info.num_outputs, 1) if info.task == "classify" else samples
+        share, why = ((3, f"a third of the epochs: under {FEW_PER_CLASS} training samples a "
+                          "class") if per_class < FEW_PER_CLASS else (5, "a fifth of the epochs"))
+        config.freeze_epochs = min(max(math.ceil(config.epochs / share), 1),
+                                   max(config.epochs - 1, 1))
+        choices.append(Choice("freeze_epochs", config.freeze_epochs, f"the new head alone "
+                              f"first, backbone and its BatchNorm statistics frozen, so that "
+                              f"its first large gradients do not wreck pretrained features: "
+                              f"{why}, at least 1"))
+    return choices
+
+
+def frozen(config: TrainConfig, epoch: int) -> bool:
+    return config.freeze_backbone or epoch < (config.freeze_epochs or 0)
+
+
+def enter_epoch(run, epoch: int, first: bool = True) -> str | None:
+    """Freeze or unfreeze the backbone for `epoch` (the `first` of this process) when
+    fine-tuning; returns the line to print when the phase is set (DDP is wrapped again:
+    it reduces what trains)."""
+    if not fine_tuning(run.config):
+        return None
+    want = frozen(run.config, epoch)
+    if not first and want == run.frozen:
+        return None
+    model = run.model.module if run.world > 1 else run.model
+    heads = {id(p) for p in pretrained.head(model).parameters()}
+    for parameter in model.parameters():
+        parameter.requires_grad_(not want or id(parameter) in heads)
+    changed, run.frozen = want != run.frozen, want
+    if run.world > 1 and changed:
+        run.model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    return (f"epoch {epoch + 1}: the head trains alone, the backbone frozen" if want else
+            f"epoch {epoch + 1}: the whole network trains, the backbone at "
+            f"{run.config.backbone_lr_scale:g} of the head's rate")
+
+
+def frozen_statistics(config: TrainConfig) -> bool:
+    """Whether a pretrained backbone's BatchNorm statistics stay as they are all along."""
+    return fine_tuning(config) and config.batch_size < GROUP_NORM_BELOW
+
+
+def train_mode(run) -> None:
+    """model.train(), but a frozen backbone's BatchNorm layers keep their statistics."""
+    run.model.train()
+    if not run.frozen and not frozen_statistics(run.config):
+        return
+    model = run.model.module if run.world > 1 else run.model
+    head = pretrained.head(model)
+    inside = {id(m) for m in head.modules()}
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and id(module) not in inside:
+            module.eval()
+
+
+def parameter_groups(model: nn.Module, config: TrainConfig) -> list[dict]:
+    """Weight-decayed weights and undecayed biases and norm scales (decaying them only
+    hurts); when fine-tuning, the head's at the rate and the backbone's at
+    --backbone-lr-scale of it (`lr_scale`, which the range test keeps too)."""
+    params = list(model.parameters())
+    parts = [(params, 1.0)]
+    if fine_tuning(config):
+        heads = {id(p) for p in pretrained.head(model).parameters()}
+        parts = [([p for p in params if id(p) in heads], 1.0),
+                 ([p for p in params if id(p) not in heads], config.backbone_lr_scale)]
+    groups = []
+    for part, scale in parts:
+        groups += [{"params": [p for p in part if p.ndim > 1], "lr_scale": scale,
+                    "weight_decay": config.weight_decay or 0.0},
+                   {"params": [p for p in part if p.ndim <= 1], "lr_scale": scale,
+                    "weight_decay": 0.0}]
+    return groups
+
+
+def schedules(groups: list[dict], steps_per_epoch: int, config: TrainConfig) -> list:
+    """Each parameter group's multiplier of its rate by step: the run's schedule, and
+    for a backbone once unfrozen a warm-up again (Adam's first steps are full size)."""
+    plain = partial(lr_factor, steps_per_epoch=steps_per_epoch, config=config)
+    if not fine_tuning(config) or config.freeze_backbone or not config.freeze_epochs:
+        return [plain for _ in groups]
+    rewarmed = partial(_rewarmed, steps_per_epoch=steps_per_epoch, config=config)
+    return [rewarmed if group["lr_scale"] != 1.0 else plain for group in groups]
+
+
+def _rewarmed(step: int, steps_per_epoch: int, config: TrainConfig) -> float:
+    since = step - config.freeze_epochs * steps_per_epoch
+    warmup = max(int(config.warmup_epochs * steps_per_epoch), 1)
+    return lr_factor(step, steps_per_epoch, config) * min(max(since + 1, 0) / warmup, 1.0)
+
+
+def expected_input(info: DataInfo) -> dict:
+    """What the model's input is made of, saved in every checkpoint so that evaluate,
+    predict and export prepare inputs as training did."""
+    return {"kind": info.kind, "inputs": info.inputs, "label": info.label, "task": info.task,
+            "classes": info.classes, "input_shape": list(info.input_shape),
+            "stats": info.stats, "model_input": info.model_input, "targets": info.targets,
+            "decoded_images": info.decoded_images, "target_stats": info.target_stats}
