@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import browser  # noqa: F401 (the fixture of the pages' browser tests)
 from click.testing import CliRunner
 from PIL import Image
 

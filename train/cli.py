@@ -397,5 +397,33 @@ def export_command(run, fmt, out):
     click.echo(f"{fmt} model written to {model}, its preprocessing to {recipe}")
 
 
+@cli.command("report")
+@click.argument("run")
+@click.option("-o", "--out", default=None, help="The page to write, e.g. -o report.html "
+              "(default: RUN/report.html).")
+@click.option("--mistakes", "shown", type=click.IntRange(min=0), default=48, show_default=True,
+              help="Wrong validation samples shown, most confident first, e.g. --mistakes 96.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="DataLoader worker processes that read the validation data, e.g. "
+              "--workers 4.")
+def report_command(run, out, shown, workers):
+    """One self-contained HTML page of a finished RUN, opened offline by double-click:
+    the recipe that was chosen and why, the loss, metric and learning-rate curves with
+    the best epoch marked, per-class precision, recall and F1 and the confusion matrix,
+    the validation samples the best weights get wrong (true class, predicted class and
+    its probability, most confident first) and each epoch's share of time spent
+    waiting for data. train fit writes it into every run folder at its end.
+
+    \b
+    Example:
+      train report runs/exp1
+      train report runs/exp1 -o ~/exp1.html --mistakes 96
+    """
+    from train.report import write
+
+    page = write(run, Path(out) if out else None, shown, workers)
+    click.echo(f"report written to {page}")
+
+
 def main():
     cli(prog_name="train")

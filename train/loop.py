@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 import packer
 from packer.errors import PackerError
-from train import checkpoint, finetune, lr_range, plots, recipe
+from train import checkpoint, finetune, lr_range, plots, recipe, report
 from train.cache import KEY, RamCache
 from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe, to_inputs, to_targets
@@ -385,10 +385,20 @@ def _finish(run: Run, writer, best_epoch: int, choices: list, stale: int) -> dic
         (run.out / "summary.json").write_text(json.dumps(strict_json(summary), indent=1,
                                                          allow_nan=False))
         print(_closing_line(run, summary), flush=True)
+        print(_report(run), flush=True)
         writer.close()
     if run.world > 1:
         dist.barrier()
     return summary
+
+
+def _report(run: Run) -> str:
+    """OUT/report.html; a run whose page cannot be made (a dataset moved away since it
+    started) is still a finished run, so that is said, not raised."""
+    try:
+        return f"report: {report.write(run.out, workers=run.config.workers)}"
+    except PackerError as err:
+        return f"report not written: {err}"
 
 
 def _closing_line(run: Run, summary: dict) -> str:

@@ -1,5 +1,6 @@
 """What a user looks at: learning curves, the confusion matrix, sample grids, the lr test."""
 
+import io
 from pathlib import Path
 
 import torch
@@ -11,6 +12,8 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    matplotlib.rcParams["svg.fonttype"] = "none"  # an inline SVG's text stays text
+    matplotlib.rcParams["svg.hashsalt"] = "train-report"  # the same page for the same run
     return plt
 
 
@@ -28,35 +31,45 @@ def after_fit(out: Path, records: list[dict], best_epoch: int,
 
 
 def curves(records: list[dict], best_epoch: int, path: Path) -> Path:
-    """Training and validation loss, and the validation metric, by epoch; the best
-    epoch marked."""
+    """Training and validation loss, the validation metric and the learning rate, by
+    epoch; the best epoch marked."""
+    return _saved(curves_figure(records, best_epoch), path, 90)
+
+
+def curves_figure(records: list[dict], best_epoch: int):
     plt = _pyplot()
     epochs = [r["epoch"] for r in records]
     val = [r.get("val") or {} for r in records]
     metric = next((m for m in ("accuracy", "mae") if m in val[-1]), None)
-    figure, axes = plt.subplots(1, 2 if metric else 1, figsize=(10 if metric else 5, 4),
-                                squeeze=False)
-    loss_axis = axes[0][0]
-    loss_axis.plot(epochs, [r["train"]["loss"] for r in records], label="training")
+    panels = 2 + bool(metric)
+    figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    loss_axis, *others = axes[0]
+    dots = {"marker": "o", "markersize": 3} if len(epochs) < 30 else {}  # one epoch shows
+    loss_axis.plot(epochs, [r["train"]["loss"] for r in records], label="training", **dots)
     if val[-1]:
-        loss_axis.plot(epochs, [v.get("loss") for v in val], label="validation")
+        loss_axis.plot(epochs, [v.get("loss") for v in val], label="validation", **dots)
     loss_axis.set(xlabel="epoch", ylabel="loss", title="loss")
     if metric:
-        metric_axis = axes[0][1]
-        metric_axis.plot(epochs, [v.get(metric) for v in val], color="C1")
-        metric_axis.set(xlabel="epoch", ylabel=metric, title=f"validation {metric}")
+        others[0].plot(epochs, [v.get(metric) for v in val], color="C1", **dots)
+        others[0].set(xlabel="epoch", ylabel=metric, title=f"validation {metric}")
+    lr_axis = others[-1]
+    lr_axis.plot(epochs, [r.get("lr") for r in records], color="C4", **dots)
+    lr_axis.set(xlabel="epoch", ylabel="learning rate", title="learning rate (epoch's end)")
     for axis in axes[0]:
         axis.axvline(best_epoch, color="C2", linestyle="--", label=f"best epoch {best_epoch}")
-        axis.legend()
+        axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def confusion(matrix: list[list[int]], classes: list[str], path: Path, epoch: int | None,
               title: str | None = None) -> Path:
     """Rows the true class, columns the predicted one, counts in the cells."""
+    return _saved(confusion_figure(matrix, classes,
+                                   title or f"validation, best epoch {epoch}"), path, 90)
+
+
+def confusion_figure(matrix: list[list[int]], classes: list[str], title: str):
     plt = _pyplot()
     size = len(classes)
     figure, axis = plt.subplots(figsize=(max(4, 0.5 * size + 2), max(4, 0.5 * size + 1.5)))
@@ -70,10 +83,53 @@ def confusion(matrix: list[list[int]], classes: list[str], path: Path, epoch: in
                           color="white" if value > high / 2 else "black")
         axis.set_xticks(range(size), classes, rotation=90, fontsize=7)
         axis.set_yticks(range(size), classes, fontsize=7)
-    axis.set(xlabel="predicted", ylabel="true", title=title or f"validation, best epoch {epoch}")
+    axis.set(xlabel="predicted", ylabel="true", title=title)
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
+    return figure
+
+
+def class_scores_figure(names: list[str], f1: list[float | None]):
+    """Per-class F1 as horizontal bars, one per class (each bar's SVG id class-bar-N);
+    a class with no validation sample gets no bar and says so."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, min(0.28 * len(names) + 1.2, 16)))
+    positions = list(range(len(names)))
+    bars = axis.barh(positions, [value or 0.0 for value in f1], color="#4c72b0")
+    for position, (bar, value) in enumerate(zip(bars, f1, strict=True)):
+        bar.set_gid(f"class-bar-{position}")
+        axis.annotate("no samples" if value is None else f"{value:.2f}", (value or 0, position),
+                      xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+    axis.set_yticks(positions, names if len(names) <= 60 else [""] * len(names), fontsize=8)
+    axis.invert_yaxis()
+    axis.set(xlim=(0, 1.12), xlabel="F1 (validation, best weights)")
+    figure.tight_layout()
+    return figure
+
+
+def data_wait_figure(records: list[dict]):
+    """The share of each epoch's step time spent waiting for data."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 2.6))
+    axis.bar([r["epoch"] for r in records],
+             [100 * (r["train"].get("data_wait_share") or 0) for r in records], color="C7")
+    axis.set(xlabel="epoch", ylabel="% of step time", ylim=(0, 100),
+             title="time spent waiting for data")
+    figure.tight_layout()
+    return figure
+
+
+def svg(figure) -> str:
+    """The figure as an inline <svg> element (text kept as text), and closed."""
+    out = io.StringIO()
+    figure.savefig(out, format="svg", metadata={"Date": None})
+    _pyplot().close(figure)
+    text = out.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _saved(figure, path: Path, dpi: int) -> Path:
+    figure.savefig(path, dpi=dpi)
+    _pyplot().close(figure)
     return path
 
 
