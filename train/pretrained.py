@@ -5,6 +5,7 @@ channels. Also the preprocessing each model's weights were trained with."""
 
 import difflib
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -54,19 +55,55 @@ def _timm_model(name: str, outputs: int, channels: int, pretrained: bool) -> nn.
     timm = _timm()
     _check_timm_name(name, pretrained)
     cache = hf_cache()
+    cfg = timm.models.get_pretrained_cfg(name, allow_unregistered=True) if pretrained else None
+    repo = getattr(cfg, "hf_hub_id", None) or name
+    cached = _cached_weights(cfg, cache) if pretrained else None
     try:
+        if pretrained and cached is None:
+            _reach_hub()
         model = timm.create_model(name, pretrained=pretrained, num_classes=outputs,
-                                  in_chans=channels, cache_dir=cache)
+                                  in_chans=channels, cache_dir=cache,
+                                  pretrained_cfg_overlay={"file": cached} if cached else None)
     except Exception as err:  # the hub client reports a missing file in many types
         if not pretrained or not _download_failure(err):
             raise
-        cfg = timm.models.get_pretrained_cfg(name, allow_unregistered=True)
-        repo = getattr(cfg, "hf_hub_id", None) or name
         raise PackerError(_missing(f"{TIMM}{name}", Path(cache) / _hf_folder(repo),
                                    f"the Hugging Face hub's {repo}", err)) from None
     if pretrained:
         model.reset_classifier(outputs)  # also for 1,000 classes: not ImageNet's
     return model
+
+
+def _cached_weights(cfg, cache: str) -> str | None:
+    """The file of `cfg`'s weights in the hub cache, if it is there: loaded from it, the
+    hub is not asked (offline, its client retries for half a minute before it gives up)."""
+    repo = getattr(cfg, "hf_hub_id", None)
+    if not repo:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    names = (getattr(cfg, "hf_hub_filename", None), "model.safetensors", "pytorch_model.bin")
+    for filename in filter(None, names):
+        found = try_to_load_from_cache(repo.split("@")[0], filename, cache_dir=cache)
+        if isinstance(found, str):
+            return found
+    return None
+
+
+def _reach_hub() -> None:
+    """Fail at once where the hub's name does not resolve (no network), rather than
+    after the client's retries."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return  # the client fails at once itself
+    host = urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as err:
+        raise ConnectionError(f"no network: {host} does not resolve ({err})") from None
 
 
 def _hf_folder(repo: str) -> str:

@@ -119,6 +119,31 @@ def test_missing_pretrained_weights_offline_are_one_message(hub):
     assert str(hub / "torch" / "hub" / "checkpoints" / "resnet18-f37072fd.pth") in message
 
 
+def test_cached_timm_weights_are_read_without_asking_the_hub(hub, monkeypatch):
+    """Offline with the cache copied over, the hub's client retried for half a minute
+    before it fell back to the cache; without the cache, it retried before failing."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    def asked(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", asked)
+    monkeypatch.setattr(huggingface_hub.file_download, "hf_hub_download", asked)
+    monkeypatch.setattr(timm.models._hub, "hf_hub_download", asked)
+    saved = cache_timm(hub, "resnet18")
+    model = models.build("timm:resnet18", "image", (3, 32, 32), 3, 0.0, pretrained=True)
+    assert same(model.state_dict(), saved, [n for n in saved if not n.startswith("fc.")])
+
+    def unresolved(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unresolved)
+    with pytest.raises(PackerError, match="no network: huggingface.co does not resolve"):
+        models.build("timm:resnet34", "image", (3, 32, 32), 3, 0.0, pretrained=True)
+
+
 def test_grey_images_go_into_a_pretrained_rgb_model(hub):
     saved = cache_timm(hub, "resnet18")
     model = models.build("timm:resnet18", "image", (1, 32, 32), 3, 0.0, pretrained=True)
