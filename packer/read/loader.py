@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.errors import DatasetError
-from packer.read import lean, plan
+from packer.read import lean, mix, plan
 from packer.read.batches import (
     GROUP,
     batches,
@@ -318,7 +318,7 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64, holdout=None,
                  exact_resize: bool = False, threads: int = 0, cache_dir=None,
-                 cache_limit=None) -> PackedDataset:
+                 cache_limit=None, weights=None, samples: int | None = None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
     shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
@@ -339,8 +339,21 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     cache_dir        where parts of an s3:// dataset are kept (default ~/.cache/packer),
     cache_limit      at most this many bytes ("20GB"; default 20 GB, at most 80% of the
                      disk's free space), shared by every process that uses the folder
+    weights          with a list of datasets: draw from them in these proportions
+                     (packer.read.mix; [1, 1, ...] if only samples= is given)
+    samples          the length of a mix's epoch (default: until its first dataset to
+                     run out has given each of its samples once)
     """
-    return PackedDataset(open_parts(path, cache_dir, cache_limit), shuffle=shuffle, seed=seed,
+    order = None
+    if weights is not None or samples is not None:
+        if holdout is not None:
+            raise ValueError("holdout= splits one dataset: give a mix its validation "
+                             "datasets as a mix of their own")
+        source, order = mix.open_mix(path, weights, samples, unit=unit, shuffle=shuffle,
+                                     seed=seed, cache_dir=cache_dir, cache_limit=cache_limit)
+    else:
+        source = open_parts(path, cache_dir, cache_limit)
+    return PackedDataset(source, order=order, shuffle=shuffle, seed=seed,
                          decode=decode, image_size=image_size, transform=transform,
                          decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
