@@ -29,7 +29,6 @@ from packer.read.batches import (
     batches,
     collate_samples,
     collate_with_pixels,
-    consumed_per_worker,
     freeze_inherited_objects,
     handed_over,
     slot_buffer,
@@ -340,17 +339,16 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     cache_limit      at most this many bytes ("20GB"; default 20 GB, at most 80% of the
                      disk's free space), shared by every process that uses the folder
     weights          with a list of datasets: draw from them in these proportions
-                     (packer.read.mix; [1, 1, ...] if only samples= is given)
+                     (packer.read.mix; [1, 1, ...] if only samples= is given), or
+                     "sizes": in proportion to their samples (each once an epoch)
     samples          the length of a mix's epoch (default: until its first dataset to
                      run out has given each of its samples once)
     """
     order = None
     if weights is not None or samples is not None:
-        if holdout is not None:
-            raise ValueError("holdout= splits one dataset: give a mix its validation "
-                             "datasets as a mix of their own")
         source, order = mix.open_mix(path, weights, samples, unit=unit, shuffle=shuffle,
-                                     seed=seed, cache_dir=cache_dir, cache_limit=cache_limit)
+                                     seed=seed, holdout=holdout, cache_dir=cache_dir,
+                                     cache_limit=cache_limit)
     else:
         source = open_parts(path, cache_dir, cache_limit)
     return PackedDataset(source, order=order, shuffle=shuffle, seed=seed,

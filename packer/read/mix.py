@@ -39,25 +39,45 @@ CLASS_FIELD = "cls"
 
 
 def open_mix(paths, weights, samples: int | None, *, unit: int, shuffle: bool, seed: int,
-             cache_dir=None, cache_limit=None) -> tuple["MixedParts", "MixedOrder"]:
-    """The source and the epoch's order of a mix of the datasets `paths`."""
+             holdout=None, cache_dir=None, cache_limit=None) -> tuple["MixedParts",
+                                                                      "MixedOrder"]:
+    """The source and the epoch's order of a mix of the datasets `paths` (of one side of
+    each, with `holdout`: as PackedDataset's)."""
     if not isinstance(paths, list | tuple) or not paths:
         raise ValueError(f"weights= mixes several datasets: give a list of them, not {paths!r}")
-    weights = [1.0] * len(paths) if weights is None else list(weights)
-    if len(weights) != len(paths) or not all(np.isfinite(w) and w > 0 for w in weights):
-        raise ValueError(f"weights={weights}: give one positive number per dataset "
-                         f"({len(paths)} datasets)")
     if samples is not None and samples < 1:
         raise ValueError(f"samples={samples}: the epoch's length must be at least 1")
     sources = [open_parts(path, cache_dir, cache_limit) for path in paths]
-    empty = next((path for path, source in zip(paths, sources, strict=True)
-                  if not source.count), None)
+    units = [plan.units(source.part_counts, _unit(source, unit, holdout), False, 0, 0, holdout)
+             for source in sources]
+    counts = [sum(run.count for run in runs) for runs in units]
+    weights = _weights(weights, counts)
+    empty = next((path for path, count in zip(paths, counts, strict=True) if not count), None)
     if empty is not None:
-        raise ValueError(f"{empty}: holds no samples, so it cannot give its share of a mix")
+        side = " on that side of the holdout" if holdout else ""
+        raise ValueError(f"{empty}: holds no samples{side}, so it cannot give its share of "
+                         "a mix")
     mixed = MixedParts(sources)
-    shares = _shares([source.count for source in sources], weights, samples)
-    units = [unit if source.seekable else None for source in sources]
-    return mixed, MixedOrder(mixed, shares, units, shuffle, seed)
+    return mixed, MixedOrder(mixed, _shares(counts, weights, samples), units, shuffle, seed)
+
+
+def _unit(source, unit: int, holdout) -> int | None:
+    """A dataset's unit of order, as PackedDataset cuts it."""
+    if not source.seekable:
+        return None
+    return max(1, min(unit, int(source.count * holdout[0] / 16))) if holdout else unit
+
+
+def _weights(weights, counts: list[int]) -> list[float]:
+    """The weights given, each dataset's samples for "sizes", or 1 each for None."""
+    if weights == "sizes":
+        return [float(count) for count in counts]
+    weights = [1.0] * len(counts) if weights is None else list(weights)
+    if len(weights) != len(counts) or not all(
+            isinstance(w, int | float) and np.isfinite(w) and w > 0 for w in weights):
+        raise ValueError(f"weights={weights}: give one positive number per dataset "
+                         f"({len(counts)} datasets), or \"sizes\"")
+    return weights
 
 
 def _shares(counts: list[int], weights: list[float], samples: int | None) -> list[int]:
@@ -77,11 +97,10 @@ def _shares(counts: list[int], weights: list[float], samples: int | None) -> lis
 class MixedOrder:
     """The sequence of a mix's units for an epoch (elastic.Order's interface)."""
 
-    def __init__(self, mixed: "MixedParts", shares: list[int], units: list[int | None],
+    def __init__(self, mixed: "MixedParts", shares: list[int], units: list[list[Segment]],
                  shuffle: bool, seed: int):
         self.mixed, self.shares, self.shuffle, self.seed = mixed, shares, shuffle, seed
-        self.unshuffled = [plan.units(source.part_counts, unit, False, 0, 0)
-                           for source, unit in zip(mixed.sources, units, strict=True)]
+        self.unshuffled = units  # each dataset's, in its order on disk
         self.total, self._identity = sum(shares), None
 
     def units(self, epoch: int, shuffled: bool = True) -> list[Segment]:

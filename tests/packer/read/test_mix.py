@@ -151,5 +151,16 @@ def test_bad_weights_are_refused_with_what_to_give(data):
         packer.open_dataset([data / "a", data / "b"], weights=[1])
     with pytest.raises(ValueError, match="give a list of them"):
         packer.open_dataset(data / "a", weights=[1])
-    with pytest.raises(ValueError, match="holdout= splits one dataset"):
-        packer.open_dataset([data / "a", data / "b"], weights=[1, 1], holdout=(0.1, "val"))
+    with pytest.raises(ValueError, match="weights=\\['a'\\]: give one positive number"):
+        packer.open_dataset([data / "a"], weights=["a"])
+
+
+def test_a_holdout_splits_each_dataset_and_sizes_read_each_sample_once(data):
+    sides = {side: packer.open_dataset([data / "a", data / "b"], weights="sizes",
+                                       holdout=(0.25, side), **OPTIONS)
+             for side in ("train", "val")}
+    got = {side: keys(ds) for side, ds in sides.items()}
+    assert len(got["val"]) == len(set(got["val"])) == sides["val"].total
+    assert len(got["train"]) == len(set(got["train"])) == 180 - sides["val"].total
+    assert not set(got["train"]) & set(got["val"])
+    assert Counter(map(source, got["val"])) == {"a": 30, "b": 15}
