@@ -20,6 +20,7 @@ from train.config import (
     TASKS,
     TrainConfig,
 )
+from train.mixing import from_command_line
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 _FRACTION = click.FloatRange(0, 1, max_open=True)
@@ -142,7 +143,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "brightness/contrast; no flips), flip (light and flips), strong, none."),
     "seed": (click.IntRange(min=0), "Seed for the data order, augmentation and "
                                     "initialisation."),
-    "weights": (str, "Start from this checkpoint's weights (fine-tuning)."),
+    "weights": (str, "Start from this checkpoint's weights (fine-tuning). With several DATA, "
+                     "numbers give their proportions in each epoch instead, e.g. --weights "
+                     "0.7,0.3 (default: in proportion to their sizes, each sample once an "
+                     "epoch)."),
     "freeze_backbone": (None, "With --weights: train the head only (feature extraction); for "
                               "torchvision models every layer but the last Linear is frozen."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
@@ -193,7 +197,7 @@ def cli():
 
 
 @cli.command()
-@click.argument("data")
+@click.argument("data", nargs=-1, required=True)
 @click.option("--out", default="runs/exp", show_default=True,
               help="Folder for checkpoints, metrics.jsonl, summary.json, TensorBoard logs.")
 @click.option("--json", "as_json", is_flag=True,
@@ -203,17 +207,21 @@ def cli():
 @config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, *FIT)
 def fit(data, out, as_json, **options):
     """Fit a model to DATA, validating every epoch and keeping the best checkpoint.
+    Several DATA are mixed: each epoch draws from them in the proportions --weights gives,
+    classes matched by name, and --val-split holds out that fraction of each.
 
     \b
     Example:
       train fit ./images-wds --val-split 0.1 --epochs 30 --out runs/exp1
+      train fit ./photos-wds ./scans.lmdb --weights 0.7,0.3 --out runs/mix
       train fit ./export.h5 --task regress --out runs/reg
       train fit s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 20GB
       tensorboard --logdir runs
     """
     from train.loop import fit as run_fit
 
-    summary = run_fit(TrainConfig(data=data, out=out, **options))
+    options.update(from_command_line(data, options.pop("weights")))
+    summary = run_fit(TrainConfig(out=out, **options))
     if as_json:
         click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run",
                                                          "stopped_early", "samples_per_s",
