@@ -221,11 +221,19 @@ class MixedReader:
         return samples
 
     def read_columns(self, runs, into=None) -> dict | None:
+        """A window as columns: as its dataset's reader gives them, where it is of one;
+        else each dataset's runs as columns (read as columns, or as samples whose fields
+        are then gathered, as a batch of them would be), one after another."""
         groups = self._groups(runs)
         columns = []
         for number, local in groups:
             own = getattr(self.readers[number], "read_columns", None)
             window = own(local, into if len(groups) == 1 else None) if own else None
+            if window is None and len(groups) > 1:
+                window = _columns([sample for run in local for sample in self.read(
+                    run.part + self.mixed.offsets[number], run.start, run.count)])
+                columns.append(window)
+                continue
             if window is None:
                 return None
             columns.append(self._mapped(number, window))
@@ -273,10 +281,24 @@ class MixedReader:
             reader.close()
 
 
-def _joined(windows: list[dict]) -> dict | None:
+def _columns(samples: list[dict]) -> dict | None:
+    """Samples with the same fields as {field: column}: ints as an int64 array, other
+    values as a list; None where their fields differ."""
+    names = samples[0].keys() if samples else ()
+    if not samples or any(sample.keys() != names for sample in samples):
+        return None
+    out = {}
+    for name in names:
+        values = [sample[name] for sample in samples]
+        ints = all(type(value) is int for value in values)
+        out[name] = np.array(values, np.int64) if ints else values
+    return out
+
+
+def _joined(windows: list[dict | None]) -> dict | None:
     """Windows of columns one after another, where they have the same fields and each
     field's columns are int arrays or lists; else None."""
-    if any(window.keys() != windows[0].keys() for window in windows):
+    if any(window is None or window.keys() != windows[0].keys() for window in windows):
         return None
     out = {}
     for name in windows[0]:
