@@ -26,6 +26,7 @@ source's class ids (`cls`) are mapped to those as read (one lookup per window of
 columns; per sample where the reader gives samples, and only where ids change).
 """
 
+import bisect
 import hashlib
 import json
 
@@ -196,7 +197,7 @@ class MixedReader:
             for number, source in enumerate(mixed.sources)]
 
     def _source(self, part: int) -> int:
-        return int(np.searchsorted(self.mixed.offsets, part, side="right")) - 1
+        return bisect.bisect_right(self.mixed.offsets, part) - 1
 
     def _groups(self, runs) -> list[tuple[int, list[Segment]]]:
         """(dataset, its runs) of consecutive runs of one dataset."""
