@@ -1,13 +1,17 @@
 """train fit on several datasets mixed by weight (train.mixing), and --resume on another
-number of workers."""
+number of workers or of torchrun processes."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import colour_images
+from conftest import ROOT, colour_images
 from conftest import run as packer_run
 from train.cli import cli
 
@@ -64,3 +68,20 @@ def test_resume_on_another_number_of_workers(two, tmp_path):
           *COMMON)
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+
+
+def test_resume_under_torchrun_with_another_process_count(two, tmp_path):
+    out = tmp_path / "run"
+    train("fit", two / "a", "--out", out, "--epochs", "1", "--workers", "0", *COMMON)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(port), "-m", "train", "fit", str(two / "a"), "--out",
+               str(out), "--epochs", "2", "--workers", "1", "--resume", *COMMON]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2]
+    assert len(lines[1]["train"]["ranks"]) == 2  # the second epoch on two ranks
