@@ -22,6 +22,7 @@ from train.config import (
     TrainConfig,
 )
 from train.metrics import strict_json
+from train.mixing import from_command_line
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 _FRACTION = click.FloatRange(0, 1, max_open=True)
@@ -210,27 +211,35 @@ def cli():
 
 
 @cli.command()
-@click.argument("data")
+@click.argument("data", nargs=-1, required=True)
 @click.option("--out", default="runs/exp", show_default=True,
               help="Folder for checkpoints, metrics.jsonl, summary.json, TensorBoard logs.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run's figures as one JSON line at the end (best_epoch, "
                    "epochs_run, stopped_early, samples_per_s, data_wait_share); summary.json "
                    "in --out holds everything.")
+@click.option("--mix-weights", default=None, metavar="P,P,...",
+              help="With several DATA: their proportions in each epoch, one a dataset, e.g. "
+                   "--mix-weights 0.7,0.3 (default: in proportion to their sizes, each sample "
+                   "once an epoch).")
 @config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, *FIT)
-def fit(data, out, as_json, **options):
+def fit(data, out, as_json, mix_weights, **options):
     """Fit a model to DATA, validating every epoch and keeping the best checkpoint.
+    Several DATA are mixed: each epoch draws from them in the proportions --mix-weights
+    gives, classes matched by name, and --val-split holds out that fraction of each.
 
     \b
     Example:
       train fit ./images-wds --val-split 0.1 --epochs 30 --out runs/exp1
+      train fit ./photos-wds ./scans.lmdb --mix-weights 0.7,0.3 --out runs/mix
       train fit ./export.h5 --task regress --out runs/reg
       train fit s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 20GB
       tensorboard --logdir runs
     """
     from train.loop import fit as run_fit
 
-    summary = run_fit(TrainConfig(data=data, out=out, **options))
+    options.update(from_command_line(data, mix_weights))
+    summary = run_fit(TrainConfig(out=out, **options))
     if as_json:
         click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run",
                                                          "stopped_early", "samples_per_s",

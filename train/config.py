@@ -19,6 +19,8 @@ LOSSES = ("auto", "mse", "l1", "focal")
 @dataclass
 class TrainConfig:
     data: str = ""
+    mix: list[str] | None = None  # several datasets mixed (data: the first; train.mixing)
+    mix_weights: list[float] | None = None  # their proportions (None: by their sizes)
     out: str = "runs/exp"
     val: str | None = None  # a second packed dataset, or:
     val_split: float = 0.1  # the fraction of `data` held out (0: no validation)

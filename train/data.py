@@ -18,6 +18,7 @@ from packer import (
 )
 from packer.errors import PackerError
 from train.config import TrainConfig
+from train.mixing import merged, source
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
@@ -85,9 +86,12 @@ class DataInfo:
 
 def describe(config: TrainConfig) -> DataInfo:
     """Read the manifest; fail before training when the data cannot serve the task."""
-    if not (Path(config.data) / MANIFEST_NAME).is_file() and Path(config.data).is_dir():
+    if not (Path(config.data) / MANIFEST_NAME).is_file() and Path(config.data).is_dir() \
+            and not config.mix:  # a mix's datasets are packed, or named as not
         return _describe_loose(config)
-    info = _describe_packed(config.data, config)
+    info = merged([_describe_packed(path, replace(config, num_classes=None))
+                   for path in config.mix], config) if config.mix else _describe_packed(
+        config.data, config)
     if config.val is not None:
         val = _describe_packed(config.val, replace(config, task=info.task, num_classes=None))
         info.val_transform = _as_training(info, val, config.val)
@@ -114,8 +118,8 @@ def image_sizes(info: DataInfo, config: TrainConfig, count: int = 256) -> list[t
         step = max(len(info.files) // count, 1)
         paths = [path for path, _ in info.files[::step][:count]]
         return [Image.open(path).size for path in paths]
-    data = packer.open_dataset(config.data, decode="raw", shuffle=True, rank=0, world_size=1,
-                               **part_cache(config))
+    data = packer.open_dataset(**source(config), decode="raw", shuffle=True, rank=0,
+                               world_size=1, **part_cache(config))
     sizes, name = [], info.inputs[0]  # the key the loader gives images (`image`: mixed)
     for sample in data:
         encoded = sample[name]
@@ -263,7 +267,7 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
     """Per-channel mean and std of the array inputs over the first training samples
     (the same on every rank)."""
     split = _split(config)
-    data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
+    data = packer.open_dataset(**source(config), decode="raw", rank=0, world_size=1,
                                holdout=(split, "train") if split else None,
                                transform=info.keep(), **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
@@ -280,7 +284,7 @@ def _target_stats(info: DataInfo, config: TrainConfig) -> dict:
     """Mean and std of the regression targets of the first training samples (the same
     on every rank); a target of one value gets numbers, several get lists."""
     split = _split(config)
-    data = packer.open_dataset(config.data, decode="raw", rank=0, world_size=1,
+    data = packer.open_dataset(**source(config), decode="raw", rank=0, world_size=1,
                                holdout=(split, "train") if split else None,
                                transform=Keep((info.label,)), **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
@@ -345,15 +349,15 @@ def datasets(info: DataInfo, config: TrainConfig):
                "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed, **part_cache(config)}
     split = _split(config)
-    train = packer.open_dataset(config.data, shuffle=True, transform=info.keep(),
+    train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
                                 holdout=(split, "train") if split else None, **options)
     if config.val is not None:
         return train, packer.open_dataset(config.val, transform=info.keep(info.val_transform),
                                           **options)
     if not split:
         return train, None
-    val = packer.open_dataset(config.data, holdout=(split, "val"), transform=info.keep(),
-                              **options)
+    val = packer.open_dataset(**source(config, every_sample=True), holdout=(split, "val"),
+                              transform=info.keep(), **options)
     _check_held(val.total, config, train.source.count)
     return train, val
 

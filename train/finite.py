@@ -15,7 +15,7 @@ def non_finite(info: DataInfo, config: TrainConfig) -> str | None:
     reads, inputs and label: one message, or None when every value is finite."""
     if info.files is not None or info.decoded_images:
         return None
-    found = [_non_finite_in(config.data, info, config, None)]
+    found = [_non_finite_in(path, info, config, None) for path in config.mix or [config.data]]
     if config.val is not None:
         found.append(_non_finite_in(config.val, info, config, info.val_transform))
     return " ".join(m for m in found if m) or None

@@ -384,8 +384,8 @@ def _finish(run: Run, writer, best_epoch: int, choices: list, stale: int) -> dic
         summary["plots"] = plots.after_fit(run.out, lines, best_epoch + 1, run.info.classes)
         (run.out / "summary.json").write_text(json.dumps(strict_json(summary), indent=1,
                                                          allow_nan=False))
-        print(_closing_line(run, summary), flush=True)
         print(_report(run), flush=True)
+        print(_closing_line(run, summary), flush=True)
         writer.close()
     if run.world > 1:
         dist.barrier()

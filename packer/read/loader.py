@@ -23,37 +23,40 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.errors import DatasetError
-from packer.read import lean, plan
+from packer.read import lean, mix, plan
 from packer.read.batches import (
     GROUP,
     batches,
     collate_samples,
     collate_with_pixels,
-    consumed_per_worker,
     freeze_inherited_objects,
     handed_over,
     slot_buffer,
 )
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, image_field, is_image_field, preload
+from packer.read.elastic import Order
+from packer.read.progress import EpochProgress
 from packer.sample import KEY
 from packer.text import without_addresses
 
 ON_ERROR = ("warn", "skip", "raise")
 
 
-class PackedDataset(IterableDataset):
+class PackedDataset(EpochProgress, IterableDataset):
     """Every sample exactly once per epoch across workers and ranks (plus padding),
     the same count on every rank, in an order fixed by (seed, epoch). `holdout=(0.1,
     "val")` reads only a fixed tenth of the dataset (whole units spread evenly over
-    it), `(0.1, "train")` the rest: a validation split without a second dataset."""
+    it), `(0.1, "train")` the rest: a validation split without a second dataset. `order`:
+    the epoch's sequence of units (packer.read.elastic.Order of `source`, or of several
+    datasets: packer.read.mix)."""
 
     def __init__(self, source: PackedParts, *, shuffle: bool = False, seed: int = 0,
                  decode: str = "rgb8", image_size=None, transform=None, decoders=None,
                  rank: int | None = None, world_size: int | None = None,
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
                  unit: int = 64, holdout: tuple[float, str] | None = None,
-                 exact_resize: bool = False, threads: int = 0):
+                 exact_resize: bool = False, threads: int = 0, order=None):
         if threads < 0:
             raise ValueError(f"threads={threads}: give 0 (decode in the reading process or "
                              "worker) or the number of decoding threads")
@@ -86,8 +89,8 @@ class PackedDataset(IterableDataset):
         self.holdout = holdout
         if holdout and self.unit:  # units small enough that the held-out side gets 16 or more
             self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
-        self.total = sum(r.count for r in plan.units(source.part_counts, self.unit, False, 0, 0,
-                                                      holdout))
+        self.order = order or Order(source.part_counts, self.unit, shuffle, seed, holdout)
+        self.total = self.order.total
         # In shared memory, so that persistent workers see the epoch set_epoch gives
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.errors = 0  # samples that failed to read or decode (in this process)
@@ -109,24 +112,11 @@ class PackedDataset(IterableDataset):
     def epoch(self, value: int) -> None:
         self._epoch[0] = value
 
-    def __len__(self) -> int:
-        return plan.rank_size(self.total, self.world_size, self.remainder)
-
     def set_epoch(self, epoch: int) -> None:
         if self._resume and self._resume["epoch"] != epoch:
             self._resume = None
         self.epoch, self._emitted, self._consumed_batches = epoch, 0, None
         self._delivered = None
-
-    def worker_sizes(self, num_workers: int) -> list[int]:
-        return [end - begin for begin, end in (plan.worker_span(len(self), w, num_workers)
-                                               for w in range(num_workers))]
-
-    def worker_batches(self, num_workers: int, batch_size: int, drop_last: bool) -> list[int]:
-        """The batches each worker gives in this epoch (what is left after a resume)."""
-        left = [size - self._skip(worker, num_workers)
-                for worker, size in enumerate(self.worker_sizes(num_workers))]
-        return [size // batch_size if drop_last else -(-size // batch_size) for size in left]
 
     def __iter__(self):
         """This process's samples; or, read through `packer.DataLoader`, its batches."""
@@ -259,13 +249,6 @@ class PackedDataset(IterableDataset):
                            "this worker, and none of the dataset's could stand in for them); "
                            "`packer verify` and the warnings above tell why")
 
-    def _runs(self, worker: int, num_workers: int) -> list[plan.Segment]:
-        return plan.worker_runs(self.source.part_counts, unit=self.unit, shuffle=self.shuffle,
-                                seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                world_size=self.world_size, worker=worker,
-                                num_workers=num_workers, remainder=self.remainder,
-                                holdout=self.holdout)
-
     def _decoded(self, worker: int, num_workers: int, decoder: Decoder):
         """The worker's samples in their order, each decoded or None where it failed."""
         runs = self._runs(worker, num_workers)
@@ -328,64 +311,13 @@ class PackedDataset(IterableDataset):
                           "in this worker)", stacklevel=2)
             return None
 
-    def _resumed(self) -> dict | None:
-        """The loaded state, where it is of this epoch and past its start (a state taken
-        before an epoch's first batch fits any worker count)."""
-        state = self._resume
-        return state if state and state["epoch"] == self.epoch and any(state["consumed"]) \
-            else None
-
-    def _skip(self, worker: int, num_workers: int) -> int:
-        state = self._resumed()
-        if state is None:
-            return 0
-        if state["num_workers"] != max(num_workers, 1):
-            raise ValueError(f"the saved state is for num_workers="
-                             f"{_workers_text(state['num_workers'])}, this loader has "
-                             f"num_workers={_workers_text(num_workers)}; resume with the same "
-                             "count")
-        return state["consumed"][worker]
-
-    def state_dict(self) -> dict:
-        """Where this rank is in the epoch: load it into a new dataset to continue
-        with exactly the samples not yet seen. Progress is known when the dataset is
-        read through `packer.DataLoader`, or in the main process (num_workers=0)."""
-        resumed = self._resumed()
-        if self._delivered is not None:  # counted by packer.DataLoader, worker by worker
-            workers, now = len(self._delivered), self._delivered
-            before = resumed["consumed"] if resumed else [0] * workers
-        else:  # torch's batches of the samples, taken from the workers in turn
-            batches, batch_size, workers, drop_last = self._consumed_batches or (
-                self._emitted, 1, 0, False)
-            workers = max(workers, 1)
-            before = resumed["consumed"] if resumed else [0] * workers
-            left = [size - done for size, done in zip(self.worker_sizes(workers), before,
-                                                       strict=True)]
-            now = consumed_per_worker(left, batch_size, drop_last, batches)
-        return {"epoch": self.epoch, "seed": self.seed, "rank": self.rank,
-                "world_size": self.world_size, "num_workers": workers,
-                "consumed": [a + b for a, b in zip(before, now, strict=True)]}
-
-    def load_state_dict(self, state: dict) -> None:
-        for name in ("seed", "rank", "world_size"):
-            if state[name] != getattr(self, name):
-                raise ValueError(f"the saved state has {name}={state[name]}, this dataset "
-                                 f"{getattr(self, name)}")
-        self._resume = dict(state)
-        self.epoch = state["epoch"]
-
-
-def _workers_text(count: int) -> str:
-    """0 and 1 workers read alike (one reader: the main process, or one worker)."""
-    return "0 or 1" if count <= 1 else str(count)
-
 
 def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "rgb8",
                  image_size=None, transform=None, decoders=None, rank: int | None = None,
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64, holdout=None,
                  exact_resize: bool = False, threads: int = 0, cache_dir=None,
-                 cache_limit=None) -> PackedDataset:
+                 cache_limit=None, weights=None, samples: int | None = None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
     shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
@@ -406,8 +338,20 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
     cache_dir        where parts of an s3:// dataset are kept (default ~/.cache/packer),
     cache_limit      at most this many bytes ("20GB"; default 20 GB, at most 80% of the
                      disk's free space), shared by every process that uses the folder
+    weights          with a list of datasets: draw from them in these proportions
+                     (packer.read.mix; [1, 1, ...] if only samples= is given), or
+                     "sizes": in proportion to their samples (each once an epoch)
+    samples          the length of a mix's epoch (default: until its first dataset to
+                     run out has given each of its samples once)
     """
-    return PackedDataset(open_parts(path, cache_dir, cache_limit), shuffle=shuffle, seed=seed,
+    order = None
+    if weights is not None or samples is not None:
+        source, order = mix.open_mix(path, weights, samples, unit=unit, shuffle=shuffle,
+                                     seed=seed, holdout=holdout, cache_dir=cache_dir,
+                                     cache_limit=cache_limit)
+    else:
+        source = open_parts(path, cache_dir, cache_limit)
+    return PackedDataset(source, order=order, shuffle=shuffle, seed=seed,
                          decode=decode, image_size=image_size, transform=transform,
                          decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,

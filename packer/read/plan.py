@@ -90,7 +90,14 @@ def worker_runs(part_counts: list[int], *, unit: int | None, shuffle: bool, seed
                 epoch: int, rank: int, world_size: int, worker: int, num_workers: int,
                 remainder: str, holdout: tuple[float, str] | None = None) -> list[Segment]:
     """The runs `worker` of `rank` reads this epoch, in reading order."""
-    sequence = units(part_counts, unit, shuffle, seed, epoch, holdout)
+    return sequence_share(units(part_counts, unit, shuffle, seed, epoch, holdout), rank=rank,
+                          world_size=world_size, worker=worker, num_workers=num_workers,
+                          remainder=remainder)
+
+
+def sequence_share(sequence: list[Segment], *, rank: int, world_size: int, worker: int,
+                   num_workers: int, remainder: str) -> list[Segment]:
+    """The runs of `sequence` (steps 2 and 3 above) that `worker` of `rank` reads."""
     size = rank_size(sum(r.count for r in sequence), world_size, remainder)
     begin, end = worker_span(size, worker, num_workers)
     return slice_runs(sequence, rank * size + begin, rank * size + end)
