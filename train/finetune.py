@@ -130,6 +130,15 @@ def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
     return choices
 
 
+def stale_since_unfrozen(config: TrainConfig, epoch: int, stale: int) -> int:
+    """The epochs without a better score that count towards early stopping: those since
+    the backbone was unfrozen (a head trained alone levels off by design; a run stopped
+    in that phase never fine-tunes)."""
+    if config.freeze_backbone or not config.freeze_epochs:
+        return stale
+    return max(0, min(stale, epoch + 1 - config.freeze_epochs))
+
+
 def frozen(config: TrainConfig, epoch: int) -> bool:
     return config.freeze_backbone or epoch < (config.freeze_epochs or 0)
 

@@ -342,7 +342,8 @@ def fit(config: TrainConfig) -> dict:
             if improved:
                 checkpoint.save(run.out / "best.pt", state)
             print(_epoch_line(record), flush=True)
-        if config.patience is not None and stale >= config.patience:
+        if config.patience is not None and \
+                finetune.stale_since_unfrozen(config, epoch, stale) >= config.patience:
             break
     return _finish(run, writer, best_epoch, data.choices, stale)
 

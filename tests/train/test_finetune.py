@@ -201,6 +201,20 @@ def test_a_shape_mismatch_is_counted(tmp_path):
         loaded.report(tmp_path / "odd.pt", 3)
 
 
+def test_early_stopping_waits_for_the_unfrozen_backbone():
+    """A head trained alone levels off: patience counted from the first epoch stopped
+    runs before their backbone was ever unfrozen (digits: 11 of 24 epochs, 3 unfrozen)."""
+    from train.config import TrainConfig
+    from train.finetune import stale_since_unfrozen
+
+    config = TrainConfig(data="d", weights="w.pt", freeze_epochs=8)
+    assert [stale_since_unfrozen(config, epoch, stale=epoch) for epoch in range(6, 12)] == \
+        [0, 0, 1, 2, 3, 4]  # epoch 8 (0-based 7) is the last frozen one
+    assert stale_since_unfrozen(TrainConfig(data="d"), 5, stale=5) == 5  # not fine-tuning
+    head_only = TrainConfig(data="d", weights="w.pt", freeze_epochs=8, freeze_backbone=True)
+    assert stale_since_unfrozen(head_only, 5, stale=5) == 5
+
+
 def test_frozen_epochs_keep_the_backbone_and_its_statistics(colours, tmp_path):
     start = timm.create_model("resnet18", num_classes=3).state_dict()
     torch.save(start, tmp_path / "start.pt")
