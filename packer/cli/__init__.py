@@ -7,6 +7,7 @@ library and prints text or JSON (the views are in report.py).
     dataset_commands.py inspect, verify, unpack
     bench_command.py    bench
     table_commands.py   inspect-table        binary_commands.py  inspect-binary
+    view_command.py     view (the page itself: packer/view/)
 """
 
 import click
@@ -17,6 +18,7 @@ from packer.cli.dataset_commands import inspect, unpack, verify
 from packer.cli.group import PackerGroup
 from packer.cli.pack_command import pack
 from packer.cli.table_commands import inspect_table
+from packer.cli.view_command import view
 from packer.version import __version__
 
 
@@ -32,10 +34,11 @@ def cli():
       packer inspect ./images-wds
       packer verify ./images-wds --against ./images
       packer unpack ./images-wds -o ./restored
+      packer view ./images-wds -o view.html
     """
 
 
-for command in (pack, inspect, verify, unpack, bench, inspect_binary, inspect_table):
+for command in (pack, inspect, verify, unpack, view, bench, inspect_binary, inspect_table):
     cli.add_command(command)
 
 
