@@ -32,7 +32,7 @@ from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed, local_manifest
 from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path, write_json_atomic
-from packer.packing.pipeline import pack_local
+from packer.packing.pipeline import check_same_input, pack_local
 from packer.storage import client
 from packer.storage.cache import default_dir
 from packer.storage.client import StorageError, file_sha256
@@ -66,18 +66,21 @@ def _pack_and_publish(path, target: S3Url, staged: Path, options) -> dict:
     request = _request(path, options)
     if is_packed(staged) and options.resume:  # packed earlier; its upload was cut short
         _check_same_request(staged, request, str(target))
+        _check_same_input(path, options, staged, target)
         manifest = local_manifest(staged)
     else:
         staged.parent.mkdir(parents=True, exist_ok=True)
+        (staged.parent / RECORD_NAME).unlink(missing_ok=True)
         write_json_atomic(staged.parent / REQUEST_NAME, request)
         manifest = pack_local(path, staged, replace(options, overwrite=True),
-                              on_part=uploader.part_closed)
+                              on_part=uploader.part_closed, record=staged.parent / RECORD_NAME)
     uploader.publish(staged, old)
     shutil.rmtree(staged.parent, ignore_errors=True)
     return manifest
 
 
 REQUEST_NAME = "request.json"  # beside the staged pack: what it was packed from, and how
+RECORD_NAME = "packed.json"  # beside the complete staged pack: its input as it was packed
 
 
 def _request(path, options) -> dict:
@@ -104,6 +107,19 @@ def _check_same_request(staged: Path, request: dict, url: str) -> None:
         raise UsageProblem(f"{url}: --resume continues the interrupted upload of another pack "
                            f"({'; '.join(changed)}); pass the earlier source and options to "
                            "resume it, or --overwrite to pack this one")
+
+
+def _check_same_input(path, options, staged: Path, target: S3Url) -> None:
+    """Refuse to publish a staged pack whose input changed since it was packed (a file
+    modified or removed in the same folder); an s3:// object is packed from a checked
+    copy, and has no record."""
+    try:
+        record = json.loads((staged.parent / RECORD_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        record = {"fingerprint": None}  # unreadable: not known to be the same input
+    check_same_input(path, options, record, str(target))
 
 
 def _check_target(target: S3Url, staged: Path, options) -> list[str]:

@@ -5,6 +5,8 @@ answers a pack. On a real S3-compatible server (moto's, on 127.0.0.1)."""
 import hashlib
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -89,6 +91,31 @@ def test_a_pack_into_a_whole_bucket_keeps_its_lock_out_of_the_dataset(s3, images
     run("pack", images, "-o", url, "--max-count", 8, "--overwrite", "-q")
     assert "packer.lock" not in keys(s3)
     assert packer.load_manifest(url)["options"]["max_count"] == 8
+
+
+DIE_AT_PUBLISH = ("import os, sys, packer.packing.to_s3 as t\n"
+                  "t.Uploader.publish = lambda *a: os.kill(os.getpid(), 9)\n"
+                  "from packer.cli import cli\ncli(sys.argv[1:], prog_name='packer')\n")
+
+
+def test_a_resumed_upload_refuses_an_input_changed_since_it_was_packed(s3, images, tmp_path):
+    """The pack was complete and its upload cut; the same folder, changed since, is not
+    what it holds: a --resume says what changed instead of publishing it."""
+    source, url = tmp_path / "images", f"s3://{s3}/changed-input"
+    shutil.copytree(images, source)
+    args = ["pack", source, "-o", url, "--max-count", 4, "-q"]
+    cut = subprocess.run([sys.executable, "-c", DIE_AT_PUBLISH, *map(str, args)])
+    assert cut.returncode == -signal.SIGKILL
+    edited = source / "c0" / "000.jpg"
+    edited.write_bytes(image_bytes(500, size=(14, 10)))
+    refused = run(*args, "--resume", expect=2)
+    assert f"{edited}: modified since" in refused.output, refused.output
+    (source / "c1" / "001.jpg").unlink()
+    refused = run(*args, "--resume", expect=2)
+    assert "the input changed" in refused.output and "24 samples then, 23 now" in refused.output
+    assert "changed-input/manifest.json" not in keys(s3, "changed-input/")
+    run(*args, "--overwrite")
+    assert "OK: 23 samples" in run("verify", url).output
 
 
 def flip_cached(cache: Path, name: str) -> None:
