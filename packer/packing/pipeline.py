@@ -317,11 +317,12 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
     }
 
 
-def pack_local(path, out, options: PackOptions, on_part=None) -> dict:
+def pack_local(path, out, options: PackOptions, on_part=None, record: Path | None = None) -> dict:
     """Pack `path` (a folder of files, or with --spec a binary dump or a folder of
     them, or a table; or an s3:// prefix of files) into the local path `out`; returns
     the manifest. `on_part(folder, part)` is called as each part closes (its files are
-    complete)."""
+    complete). `record`: where a staged pack keeps its progress record once complete
+    (for `check_same_input`; not for an s3:// object, packed from a copy)."""
     path, out = path if is_s3(path) else Path(path), Path(out)
     options = replace(options, labels=found_labels(path, options.labels))
     check_paths(path, out, options)
@@ -334,7 +335,7 @@ def pack_local(path, out, options: PackOptions, on_part=None) -> dict:
 
             if names_object(path):
                 return _pack_copy(path, out, options, on_part)
-        return _pack_locked(path, out, options, on_part)
+        return _pack_locked(path, out, options, on_part, record=record)
 
 
 def _pack_copy(url: str, out: Path, options: PackOptions, on_part) -> dict:
@@ -348,7 +349,8 @@ def _pack_copy(url: str, out: Path, options: PackOptions, on_part) -> dict:
     return manifest
 
 
-def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None) -> dict:
+def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
+                 record: Path | None = None) -> dict:
     """Pack `path` (named `shown` in the manifest when given) into `out`."""
     if out.exists() and not options.overwrite:  # written while this run waited to start
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
@@ -382,8 +384,19 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None) -> 
         manifest["source"]["path"] = shown or manifest["source"]["path"]
         seal(manifest)
         writer.finish(manifest)
+        if record is not None:
+            _save_progress(writer, tally, setup)
+            os.replace(writer.folder / PROGRESS_NAME, record)
         (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
         write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
     format_module(options.to).publish(writer.folder, out)
     manifest["seconds"] = time.perf_counter() - began
     return manifest
+
+
+def check_same_input(path, options: PackOptions, record: dict, shown: str) -> None:
+    """Refuse to go on with the complete pack `record` describes when its input changed
+    since (the listing, or a file modified after the pack began), naming `shown`."""
+    options = replace(options, labels=found_labels(path, options.labels))
+    source, _ = open_source(path, options)
+    check_unchanged(source, _setup(source, options), record, shown)

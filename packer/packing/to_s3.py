@@ -14,7 +14,9 @@ URL, which the store shows only once its upload is complete. Large files go up a
 multipart uploads (boto3's transfer manager). An interrupted run leaves the staging
 folder and what it uploaded; `--resume` continues the local pack and uploads only
 what the store lacks or holds with another size or sha256. The bytes are those of a
-local pack with the same options.
+local pack with the same options. One run at a time writes a URL, on any machine: it
+holds a lock object beside it in the bucket (packer.storage.lock) from its first look
+at the URL to its last upload.
 """
 
 import hashlib
@@ -30,10 +32,11 @@ from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed, local_manifest
 from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path, write_json_atomic
-from packer.packing.pipeline import pack_local
+from packer.packing.pipeline import check_same_input, pack_local
 from packer.storage import client
 from packer.storage.cache import default_dir
 from packer.storage.client import StorageError, file_sha256
+from packer.storage.lock import bucket_lock, lock_url
 from packer.storage.url import S3Url, is_s3, parse
 
 UPLOADS_WAITING = 2
@@ -47,26 +50,37 @@ def pack_to_s3(path, url: str, options) -> dict:
     client.check_bucket(target)
     staged = default_dir() / STAGING / hashlib.sha256(str(target).encode()).hexdigest()[:16] \
         / target.name
+    with bucket_lock(target):  # two runs never mix their parts (nor their staging)
+        manifest = _pack_and_publish(path, target, staged, options)
+    manifest["seconds"] = time.perf_counter() - began
+    return manifest
+
+
+def _pack_and_publish(path, target: S3Url, staged: Path, options) -> dict:
+    """Pack into `staged` (or take the complete pack there, for a resume of the same
+    request) and publish it at `target`; under the URL's lock."""
     old = _check_target(target, staged, options)
     if old and options.overwrite and not options.resume:
         client.delete(target, [MANIFEST_NAME])  # from now on it no longer looks complete
     uploader = Uploader(target, options.to)
     request = _request(path, options)
     if is_packed(staged) and options.resume:  # packed earlier; its upload was cut short
-        _check_same_request(staged, request, url)
+        _check_same_request(staged, request, str(target))
+        _check_same_input(path, options, staged, target)
         manifest = local_manifest(staged)
     else:
         staged.parent.mkdir(parents=True, exist_ok=True)
+        (staged.parent / RECORD_NAME).unlink(missing_ok=True)
         write_json_atomic(staged.parent / REQUEST_NAME, request)
         manifest = pack_local(path, staged, replace(options, overwrite=True),
-                              on_part=uploader.part_closed)
+                              on_part=uploader.part_closed, record=staged.parent / RECORD_NAME)
     uploader.publish(staged, old)
     shutil.rmtree(staged.parent, ignore_errors=True)
-    manifest["seconds"] = time.perf_counter() - began
     return manifest
 
 
 REQUEST_NAME = "request.json"  # beside the staged pack: what it was packed from, and how
+RECORD_NAME = "packed.json"  # beside the complete staged pack: its input as it was packed
 
 
 def _request(path, options) -> dict:
@@ -95,10 +109,24 @@ def _check_same_request(staged: Path, request: dict, url: str) -> None:
                            "resume it, or --overwrite to pack this one")
 
 
+def _check_same_input(path, options, staged: Path, target: S3Url) -> None:
+    """Refuse to publish a staged pack whose input changed since it was packed (a file
+    modified or removed in the same folder); an s3:// object is packed from a checked
+    copy, and has no record."""
+    try:
+        record = json.loads((staged.parent / RECORD_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        record = {"fingerprint": None}  # unreadable: not known to be the same input
+    check_same_input(path, options, record, str(target))
+
+
 def _check_target(target: S3Url, staged: Path, options) -> list[str]:
     """What is at the URL now (names under the prefix, or the one object); refuses to
     replace it or to continue another run unless told."""
     listing = list(client.list_objects(target)) if target.key else []
+    listing = [name for name in listing if name != lock_url(target).key]  # a bucket's own
     one_object = target.key and client.head(target) is not None
     if (MANIFEST_NAME in listing or one_object) and not (options.overwrite or options.resume):
         raise UsageProblem(f"{target} already exists; pass --overwrite to replace it")

@@ -10,20 +10,27 @@ What is at the URL decides how it is read:
     s3://b/x/*.tar, s3://b/x.tar,    plain WebDataset shards: downloaded once when opened
     s3://b/x/s-{0..9}.tar, a list    to count their samples, then read like packed ones
 
-Each reading process downloads the next AHEAD parts of its share of the epoch in the
-background (one at a time, in order) while it reads one, holds a part only while it
-reads a run from it, and reads only from whole, checked parts (packer.storage.cache).
+Each reading process (packer.read.remote_reader) downloads the next AHEAD parts of its
+share of the epoch in the background (one at a time, in order) while it reads one, holds
+a part only while it reads a run from it, and reads only from whole, checked parts
+(packer.storage.cache).
 When the cache can hold the whole dataset, runs start anywhere in a part, as for local
 data; when it cannot, the loader reads parts whole, in shuffled part order with a
 shuffle buffer (as streaming readers do), so that each part is downloaded once per
 epoch (when the cache holds at least AHEAD + 1 parts per reading process; with less,
 a part may be removed between two runs of it and downloaded again).
+
+A dataset is known by its URL, its manifest and the ETags of its objects (plain shards
+by their URLs, sizes and ETags): an object rewritten in the bucket, even at its size, is
+another version, read into another cache folder, never served from an older copy. A
+cached part that fails a check (verify, a reader's) is checked against its sha256 and,
+if its copy in the cache is what was damaged, downloaded again, once; still wrong, the
+download's check names the object.
 """
 
 import hashlib
 import json
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,11 +41,10 @@ from packer.formats import format_module, manifest_of_file
 from packer.formats.manifests import check_manifest
 from packer.formats.webdataset import tarindex
 from packer.manifest import DIGEST_KEY, MANIFEST_NAME, UNFINISHED
+from packer.read.remote_reader import RemoteReader
 from packer.storage import client
 from packer.storage.cache import PartCache
 from packer.storage.url import S3Url, is_s3, parse
-
-AHEAD = 2  # parts each reading process downloads ahead of the one it reads
 
 
 class File:
@@ -46,6 +52,13 @@ class File:
 
     def __init__(self, name: str, url: S3Url, size: int, sha256: str | None):
         self.name, self.url, self.size, self.sha256 = name, url, size, sha256
+
+    def wanted(self) -> tuple:
+        """What the cache takes (PartCache.acquire_all): name, size, sha256, how to
+        fetch it, what to call it in errors."""
+        return (self.name, self.size, self.sha256,
+                lambda out, url=self.url, size=self.size: client.download(url, out, size),
+                str(self.url))
 
 
 def load_remote_manifest(url: str, cache_dir=None, cache_limit=None) -> dict:
@@ -66,6 +79,7 @@ class RemoteParts:
         self.cache = PartCache(cache_dir, cache_limit)
         self.manifest = None
         self.part_readers: dict[int, object] = {}  # indexes of parts read in this process
+        self.rechecked: set[str] = set()  # files whose cached copy this process checked
         if listed:
             self._open_shards(shards)
         else:
@@ -91,7 +105,7 @@ class RemoteParts:
         return sum(self.part_counts)
 
     def __getstate__(self):  # the part readers of this process stay in it
-        return {**self.__dict__, "part_readers": {}}
+        return {**self.__dict__, "part_readers": {}, "rechecked": set()}
 
     def packed_manifest(self) -> dict:
         """The manifest, or a DatasetError for shards that packer did not pack."""
@@ -115,8 +129,10 @@ class RemoteParts:
         check_manifest(manifest, self.url.child(MANIFEST_NAME))
         self.manifest = manifest
         digest = manifest.get(DIGEST_KEY) or hashlib.sha256(data).hexdigest()
-        self.dataset = _dataset_id(self.url, digest)
         listing = client.list_objects(self.url)
+        # an object rewritten in the bucket (its ETag) is another version: another folder,
+        # so that verify and the readers check the object, not an older copy in the cache
+        self.dataset = _dataset_id(self.url, f"{digest}\n{json.dumps(sorted(listing.items()))}")
         if manifest["parts"] and self.module.part_files(manifest["parts"][0]):
             optional = getattr(self.module, "optional_part_files", lambda part: [])
             self.shared = None
@@ -205,18 +221,24 @@ class RemoteParts:
             return {n: f.get("count", 0) for n, f in fields.items()}, self.manifest["count"]
         return self._first_fields or ({}, 0)
 
-    def hold(self, files: list[File]) -> list:
-        """Each file whole in the cache (downloaded if need be), held until released."""
-        return self.cache.acquire_all(self.dataset, [
-            (file.name, file.size, file.sha256,
-             lambda out, url=file.url, size=file.size: client.download(url, out, size),
-             str(file.url))
-            for file in files])
+    def hold(self, files: list[File], recheck: bool = False) -> list:
+        """Each file whole in the cache (downloaded if need be), held until released.
+        `recheck`: the copies already in the cache are checked against their sha256
+        first (once per file and process), and one damaged since is downloaded again."""
+        if recheck:
+            self.drop_damaged([file for file in files if file.name not in self.rechecked])
+            self.rechecked.update(file.name for file in files)
+        return self.cache.acquire_all(self.dataset, [file.wanted() for file in files])
+
+    def drop_damaged(self, files: list[File]) -> bool:
+        """Whether a cached copy of `files` no longer matched its sha256 (damaged on
+        this disk): it is removed, to be downloaded again."""
+        return bool(self.cache.drop_damaged(self.dataset, [file.wanted() for file in files]))
 
     @contextmanager
-    def held_shared(self):
+    def held_shared(self, recheck: bool = False):
         """The local path of a dataset whose parts share its files, held meanwhile."""
-        held = self.hold(self.shared)
+        held = self.hold(self.shared, recheck)
         try:
             yield self.shared_path(held)
         finally:
@@ -232,12 +254,14 @@ class RemoteParts:
     @contextmanager
     def held_part(self, index: int):
         """(local path, manifest, part record) to read part `index` from local disk, the
-        files held meanwhile: what a format's `read_part` and `verify_part` take."""
+        files held meanwhile: what a format's `read_part` and `verify_part` take. Their
+        cached copies are checked first: verify blames the dataset, never a copy damaged
+        in the cache."""
         if self.shared is not None:
-            with self.held_shared() as path:
+            with self.held_shared(recheck=True) as path:
                 yield path, self.manifest, self.manifest["parts"][index]
             return
-        held = self.hold(self.part_files[index])
+        held = self.hold(self.part_files[index], recheck=True)
         try:
             yield held[0].path.parent, *self.one_part(index)
         finally:
@@ -251,7 +275,7 @@ class RemoteParts:
         part = {**self.manifest["parts"][index], "index": 0, "first": 0}
         return {**self.manifest, "parts": [part], "count": part["count"]}, part
 
-    def reader(self, runs=None) -> "RemoteReader":
+    def reader(self, runs=None) -> RemoteReader:
         reader = RemoteReader(self)
         reader.plan([run.part for run in runs] if runs is not None else None)
         return reader
@@ -287,111 +311,3 @@ def _not_a_shard(url: S3Url) -> str:
 def _dataset_id(url: S3Url, version: str) -> str:
     """The cache folder of one version of the dataset at `url`."""
     return hashlib.sha256(f"{url}\n{version}".encode()).hexdigest()[:16]
-
-
-class RemoteReader:
-    """Runs of samples of a remote dataset from whole parts in the cache.
-
-    A part that is a file of its own is held only while a run is read from it (the
-    samples are copied out), never while the DataLoader keeps this process waiting
-    between batches: a worker held back by its turn in the DataLoader's round-robin
-    must not keep parts that another worker needs room for. The next AHEAD parts of
-    the plan are downloaded in the background, one at a time, and left in the cache
-    (the most recently used, so the last to be removed). A dataset whose parts share
-    its files is held whole while the reader is open."""
-
-    def __init__(self, remote: RemoteParts):
-        self.remote = remote
-        self._order, self._cursor = None, 0
-        self._coming: dict[int, Future] = {}
-        self._pool = None
-        self._shared = None  # (held files, reader) of a dataset whose parts share files
-
-    def __getstate__(self):
-        return {"remote": self.remote, "_order": None, "_cursor": 0,
-                "_coming": {}, "_pool": None, "_shared": None}
-
-    def plan(self, parts: list[int] | None) -> None:
-        """The parts this process will read, in order (one per run)."""
-        if parts is None:
-            self._order = None
-            return
-        self._order = [p for i, p in enumerate(parts) if i == 0 or parts[i - 1] != p]
-        self._cursor = 0
-
-    def read(self, part: int, start: int, count: int) -> list[dict]:
-        if self.remote.shared is not None:
-            if self._shared is None:
-                held = self.remote.hold(self.remote.shared)
-                self._shared = held, self.remote.module.reader(self.remote.shared_path(held),
-                                                               self.remote.manifest)
-            return self._shared[1].read(part, start, count)
-        self._advance(part)
-        future = self._coming.pop(part, None)
-        if future is not None:
-            future.result()
-        held, readers = self.remote.hold(self.remote.part_files[part]), self.remote.part_readers
-        try:
-            if part not in readers:  # kept with its index for later epochs of this process
-                readers[part] = self._local_reader(part, held)
-            return readers[part].read(0, start, count)
-        finally:
-            if part in readers:
-                readers[part].close()  # its descriptors first: then the cache may remove it
-            for file in held:
-                file.release()
-            self._prefetch()
-
-    def _advance(self, part: int) -> None:
-        """Move the plan's cursor to `part`."""
-        order = self._order
-        if order is not None and (self._cursor >= len(order) or order[self._cursor] != part):
-            try:
-                self._cursor = order.index(part, self._cursor)
-            except ValueError:
-                pass
-
-    def _prefetch(self) -> None:
-        if not self._order:
-            return
-        coming = []
-        for part in self._order[self._cursor + 1:]:
-            if len(coming) == AHEAD:
-                break
-            if part not in coming and part != self._order[self._cursor]:
-                coming.append(part)
-        if self._pool is None:
-            # One download at a time, in the plan's order: the next part first.
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-download")
-        for part in coming:
-            if part not in self._coming:
-                self._coming[part] = self._pool.submit(self._download, part)
-
-    def _download(self, part: int) -> None:
-        """Into the cache (if it is not there), and let go."""
-        for file in self.remote.hold(self.remote.part_files[part]):
-            file.release()
-
-    def _local_reader(self, part: int, held: list):
-        remote = self.remote
-        if remote.manifest is None:
-            return tarindex.Reader([str(held[0].path)])
-        return remote.module.reader(held[0].path.parent, remote.one_part(part)[0])
-
-    def close(self) -> None:
-        if self._shared is not None:
-            held, reader = self._shared
-            reader.close()
-            for file in held:
-                file.release()
-            self._shared = None
-        for future in self._coming.values():
-            if not future.cancel():
-                try:
-                    future.result()
-                except Exception:  # a failed download ahead that was never needed
-                    pass
-        self._coming = {}
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None

@@ -11,7 +11,9 @@
 A part is downloaded under a temporary name, after its room is reserved (the file is
 allocated at its full size, so a full disk shows before any byte is fetched), and
 renamed to its name only when its size and sha256 match what the manifest says: a
-killed download is never read. Room is made by removing the least recently used
+killed download is never read. A whole part whose bytes no longer match its sha256
+(damaged on this disk since) is removed when a check finds it (`drop_damaged`), to be
+downloaded again. Room is made by removing the least recently used
 whole parts that no process holds (removal takes the exclusive lock without
 waiting, so a part in use is never removed). Every file under `parts/` counts
 against the limit, downloads in progress at their full size. The locks are the
@@ -23,6 +25,7 @@ temporary file. Nothing lives in /dev/shm or in memory shared between processes.
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import shutil
@@ -144,6 +147,25 @@ class PartCache:
             self._unreserve([room for _, (room, _) in waiting[1:]])
             raise
         return [held[index] for index in range(len(files))]
+
+    def drop_damaged(self, dataset: str, files: list[tuple]) -> list[str]:
+        """Remove the whole copies of `files` (as `acquire_all` takes them) whose sha256
+        is no longer the one given: damaged on this disk since they were checked, they
+        are downloaded again by the next `acquire`. Returns the sources removed."""
+        dropped = []
+        for name, size, sha256, _, source in files:
+            held = None if sha256 is None else _open_whole(
+                self.folder(dataset) / quote(name, safe=""), size)
+            if held is None:
+                continue
+            with open(held.path, "rb") as file:
+                damaged = hashlib.file_digest(file, "sha256").hexdigest() != sha256
+            held.release()
+            if damaged:
+                with self._locked():
+                    held.path.unlink(missing_ok=True)  # readers that hold it keep theirs
+                dropped.append(source)
+        return dropped
 
     def _gather(self, dataset: str, files: list[tuple]):
         """({index: held whole file}, {index: (reserved room, path)} for the others, or

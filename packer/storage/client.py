@@ -222,3 +222,35 @@ def delete(url: S3Url, names: list[str]) -> None:
         for start in range(0, len(names), 1000):
             keys = [{"Key": url.child(name).key} for name in names[start:start + 1000]]
             client().delete_objects(Bucket=url.bucket, Delete={"Objects": keys, "Quiet": True})
+
+
+def put_if(url: S3Url, data: bytes, etag: str | None = None) -> str | None:
+    """Put a small object only if there is none (`etag` None: If-None-Match: *) or it
+    is still the version `etag` (If-Match): its new ETag, or None when the condition
+    failed (another writer came first)."""
+    from botocore.exceptions import ClientError
+
+    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    with storage_errors(url):
+        try:
+            return client().put_object(Bucket=url.bucket, Key=url.key, Body=data,
+                                       **condition)["ETag"]
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code"))
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+                return None
+            raise
+
+
+def read_versioned(url: S3Url) -> tuple[bytes, str] | None:
+    """(bytes, ETag) of a small object, or None when there is none."""
+    from botocore.exceptions import ClientError
+
+    with storage_errors(url):
+        try:
+            answer = client().get_object(Bucket=url.bucket, Key=url.key)
+            return answer["Body"].read(), answer["ETag"]
+        except ClientError as err:
+            if _missing(err):
+                return None
+            raise

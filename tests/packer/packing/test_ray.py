@@ -4,6 +4,7 @@ dies retried, a pack whose tasks keep failing or whose driver is killed left unp
 and resumed."""
 
 import importlib.util
+import ipaddress
 import json
 import os
 import shutil
@@ -32,6 +33,15 @@ os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
                    "RAY_AUTH_TOKEN": uuid.uuid4().hex})
 ray = pytest.importorskip("ray")
 RAY = str(Path(sys.executable).with_name("ray"))
+
+
+# The address the test cluster's nodes use and advertise: a loopback address, so that
+# nothing of it is reached, or advertised, beyond this machine. Not 127.0.0.1, which
+# `ray start --node-ip-address` replaces with the machine's own address
+# (ray._private.services.resolve_ip_for_localhost); Linux routes all of 127.0.0.0/8 to
+# the loopback device. (Ray's GCS and raylet gRPC servers listen on every interface
+# whatever the node address: the cluster's token, RAY_AUTH_TOKEN, guards them.)
+LOOPBACK = "127.0.0.2"
 
 
 def free_port() -> int:
@@ -92,13 +102,14 @@ def cluster(request):
     env = (aws_environment(request.getfixturevalue("moto_server"), temp)
            if importlib.util.find_spec("moto") else {})
     port = free_port()
-    address = f"127.0.0.1:{port}"
+    address = f"{LOOPBACK}:{port}"
     nodes = [_ray_start("--head", f"--port={port}", "--include-dashboard=false",
                         f"--ray-client-server-port={free_port()}", f"--temp-dir={temp}",
-                        log=temp / "head.log", env=env)]
+                        f"--node-ip-address={LOOPBACK}", log=temp / "head.log", env=env)]
     try:
         _wait_for(lambda: _alive_nodes(address) >= 1, temp / "head.log")
-        nodes.append(_ray_start(f"--address={address}", log=temp / "node.log", env=env))
+        nodes.append(_ray_start(f"--address={address}", f"--node-ip-address={LOOPBACK}",
+                                log=temp / "node.log", env=env))
         _wait_for(lambda: _alive_nodes(address) == 2, temp / "node.log")
         # One session for the module's packs, which use a connection this process
         # holds: one session per pack would start and stop many in this process
@@ -123,6 +134,16 @@ def _wait_for(ready, log: Path, seconds: float = 120) -> None:
             pass
         time.sleep(1)
     raise AssertionError(f"the Ray node did not start: {log.read_text()[-2000:]}")
+
+
+def test_the_test_cluster_uses_only_loopback_addresses(cluster):
+    """Its nodes advertise (and its tasks run at) a loopback address, as does the
+    address the packs connect to."""
+    host = cluster.rpartition(":")[0]
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    used = {host, *(node["NodeManagerAddress"] for node in nodes)}
+    assert len(nodes) == 2
+    assert all(ipaddress.ip_address(address).is_loopback for address in used), used
 
 
 # Formats whose files two runs write byte for byte the same, whatever the engine: two
