@@ -312,11 +312,12 @@ def lr_find(data, out, steps, **options):
     Example:
       train lr-find ./images-wds --out runs/lr
     """
+    from train.lr_range import why
     from train.probes import lr_find as run_lr_find
 
     result = run_lr_find(TrainConfig(data=data, out=out, val_split=0.0, **options), steps)
-    click.echo(f"suggested learning rate: {result['suggested_lr']:.3g} (the loss was lowest "
-               f"at {result['min_loss_lr']:.3g}); plot in {out}/lr_find.png")
+    click.echo(f"suggested learning rate: {result['suggested_lr']:.3g}: {why(result)}; plot in "
+               f"{out}/lr_find.png")
 
 
 @cli.command("evaluate")

@@ -370,3 +370,20 @@ def test_overfit_keeps_square_images_already_small(colours):
                                       "--workers", "0"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert "overfit: loss" in result.output
+
+
+def test_a_range_test_that_sees_no_fall_suggests_the_usual_rate():
+    """On 135 digits in batches of 8 the smoothed loss only wandered around 2.3 before it
+    diverged; its lowest point, at 1.3e-4, gave 1.3e-5, at which nothing was learnt."""
+    from train.lr_range import suggest, why
+
+    rates = [1e-5 * 10 ** (i / 12) for i in range(60)]
+    flat = [2.30 + 0.02 * ((i * 7) % 5 - 2) for i in range(59)] + [9.5]
+    flat[12] = 2.25
+    result = {"lrs": rates, **suggest(rates, flat, "adamw")}
+    assert result["suggested_lr"] == 1e-3 and not result["descended"]
+    assert "less than 10%" in why(result) and "adamw's usual rate" in why(result)
+    assert suggest(rates, flat, "sgd")["suggested_lr"] == 1e-2
+    falling = [2.3 - 0.03 * i for i in range(50)] + [9.0] * 10  # lowest at step 49
+    picked = suggest(rates, falling, "adamw")
+    assert picked["descended"] and picked["suggested_lr"] == pytest.approx(rates[49] / 10)
