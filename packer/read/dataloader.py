@@ -66,7 +66,7 @@ class DataLoader(torch.utils.data.DataLoader):
         tracking = isinstance(dataset, PackedDataset)
         workers = self.num_workers
         if self._batches_from_dataset:  # read by the workers (or the iterator) made now
-            dataset._batching = (self.batch_size, self.drop_last)
+            dataset.batch_as((self.batch_size, self.drop_last))
         # The workers fork with this process's objects out of the collector's reach: a
         # collection in a worker before it reads would write to every page holding them,
         # and copy each (20 MB and more a worker). Python's gc.freeze advice for fork;
@@ -85,7 +85,7 @@ class DataLoader(torch.utils.data.DataLoader):
             if ours:
                 gc.unfreeze()
             if self._batches_from_dataset:
-                dataset._batching = None
+                dataset.batch_as(None)
         ring.LANDING.begin_epoch()
         try:
             yield from self._batches(batches_in, dataset, tracking, workers)
@@ -107,8 +107,7 @@ class DataLoader(torch.utils.data.DataLoader):
         widen_result_pipe(batches_in)
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
         if tracking:
-            dataset._delivered = [0] * workers if self._batches_from_dataset and workers \
-                else None
+            dataset.count_by_worker(workers if self._batches_from_dataset else None)
         if self._batches_from_dataset and workers:
             handed = in_turn(batches_in, dataset.worker_batches(workers, self.batch_size,
                                                                 self.drop_last))
@@ -116,8 +115,8 @@ class DataLoader(torch.utils.data.DataLoader):
             handed = ((batch, None, None) for batch in batches_in)
         for count, (batch, worker, size) in enumerate(handed, start=1):
             if worker is not None:
-                dataset._delivered[worker] += size
+                dataset.delivered(worker, size)
             elif tracking:
-                dataset._consumed_batches = (count, self.batch_size, workers, self.drop_last)
+                dataset.consumed(count, self.batch_size, workers, self.drop_last)
             if batch is not None:  # None: a batch whose every sample was skipped
                 yield landed(batch, pin) if self._batches_from_dataset else batch

@@ -96,9 +96,9 @@ class PackedDataset(EpochProgress, IterableDataset):
         self.errors = 0  # samples that failed to read or decode (in this process)
         self._resume: dict | None = None
         self._emitted = 0  # samples yielded in this process this epoch (num_workers=0)
-        self._consumed_batches = None  # (batches, batch_size, workers, drop_last), by DataLoader
-        self._delivered: list[int] | None = None  # positions of each worker's, by DataLoader
-        self._batching: tuple[int, bool] | None = None  # (batch_size, drop_last), by DataLoader
+        self._consumed_batches = None  # (batches, batch_size, workers, drop_last): consumed()
+        self._delivered: list[int] | None = None  # positions of each worker's: delivered()
+        self._batching: tuple[int, bool] | None = None  # (batch_size, drop_last): batch_as()
 
     @property
     def classes(self) -> list[str] | None:
@@ -117,6 +117,11 @@ class PackedDataset(EpochProgress, IterableDataset):
             self._resume = None
         self.epoch, self._emitted, self._consumed_batches = epoch, 0, None
         self._delivered = None
+
+    def batch_as(self, batching: tuple[int, bool] | None) -> None:
+        """packer.DataLoader's (batch_size, drop_last) for the workers it starts now, which
+        then yield whole batches; None: samples again."""
+        self._batching = batching
 
     def __iter__(self):
         """This process's samples; or, read through `packer.DataLoader`, its batches."""

@@ -9,11 +9,24 @@ class EpochProgress:
     """The part of PackedDataset that says what this rank reads this epoch and how far it
     has come. It uses the dataset's `order` (the epoch's sequence), `epoch`, `seed`,
     `shuffle`, `rank`, `world_size`, `remainder` and `window`; `_resume` (the loaded
-    state), and the counts packer.DataLoader leaves in `_delivered` or
-    `_consumed_batches` (`_emitted` with num_workers=0)."""
+    state), and the counts that packer.DataLoader reports through `count_by_worker`,
+    `delivered` and `consumed` (`_emitted`, counted by the dataset, with num_workers=0)."""
 
     _resume: dict | None = None
     _folded: list | None = None  # `done` of the loaded state folded with its progress
+
+    def count_by_worker(self, workers: int | None) -> None:
+        """packer.DataLoader begins an epoch whose batches it counts worker by worker
+        (None: it counts torch's batches instead, through `consumed`)."""
+        self._delivered = [0] * workers if workers else None
+
+    def delivered(self, worker: int, samples: int) -> None:
+        """packer.DataLoader has yielded a batch of `samples` of `worker`'s."""
+        self._delivered[worker] += samples
+
+    def consumed(self, batches: int, batch_size: int, workers: int, drop_last: bool) -> None:
+        """packer.DataLoader has yielded `batches` of torch's batches this epoch."""
+        self._consumed_batches = (batches, batch_size, workers, drop_last)
 
     def __len__(self) -> int:
         """The samples this rank yields in the epoch: after a loaded state, those of the
