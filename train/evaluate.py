@@ -86,6 +86,9 @@ def _write(result: dict, classes: list[str] | None, out: Path) -> None:
         writer = csv.writer(file)
         writer.writerow(["class", "precision", "recall", "f1", "samples"])
         for index, (name, scores) in enumerate(result["per_class"].items()):
+            if scores["recall"] is None:
+                writer.writerow([name, "", "", "", 0])  # no samples: no recall, no F1
+                continue
             writer.writerow([name, f"{scores['precision']:.4f}", f"{scores['recall']:.4f}",
                              f"{scores['f1']:.4f}", sum(counts[index])])
     with open(out / "confusion.csv", "w", newline="", encoding="utf-8") as file:
@@ -106,7 +109,8 @@ def summary(result: dict, classes: list[str] | None) -> str:
         return lines[0]
     width = max(len(name) for name in classes)
     lines.append(f"{'class':<{width}}  precision  recall     f1")
-    lines += [f"{name:<{width}}  {s['precision']:9.3f}  {s['recall']:6.3f}  {s['f1']:5.3f}"
+    lines += [f"{name:<{width}}  no samples" if s["recall"] is None else
+              f"{name:<{width}}  {s['precision']:9.3f}  {s['recall']:6.3f}  {s['f1']:5.3f}"
               for name, s in result["per_class"].items()]
     if len(classes) <= 20:
         lines.append("confusion (rows: true class, columns: predicted):")

@@ -66,12 +66,17 @@ def strict_json(value):
 
 
 def _classification(confusion: torch.Tensor, classes: list[str]) -> dict:
+    """Per class: precision, recall, F1 and the class's samples; recall and F1 are None
+    (JSON null, shown as "no samples") for a class the samples lack, not a score of 0."""
     true_positive = confusion.diag().double()
     precision = true_positive / confusion.sum(0).clamp_min(1)
-    recall = true_positive / confusion.sum(1).clamp_min(1)
+    support = confusion.sum(1)
+    recall = true_positive / support.clamp_min(1)
     f1 = 2 * precision * recall / (precision + recall).clamp_min(1e-12)
+    per_class = {}
+    for name, p, r, f, n in zip(classes, precision.tolist(), recall.tolist(), f1.tolist(),
+                                support.tolist(), strict=True):
+        per_class[name] = {"precision": p, "recall": r if n else None, "f1": f if n else None,
+                           "samples": n}
     return {"accuracy": true_positive.sum().item() / max(confusion.sum().item(), 1),
-            "per_class": {name: {"precision": p, "recall": r, "f1": f}
-                          for name, p, r, f in zip(classes, precision.tolist(), recall.tolist(),
-                                                   f1.tolist(), strict=True)},
-            "confusion": confusion.tolist()}
+            "per_class": per_class, "confusion": confusion.tolist()}

@@ -110,7 +110,7 @@ def _classes(val: dict, names: list[str] | None) -> dict | None:
     if not per_class or not names:
         return None
     counts = [sum(row) for row in matrix] if matrix else [None] * len(names)
-    rows = [{"name": name, "samples": count, **scores}
+    rows = [{**scores, "name": name, "samples": count}
             for (name, scores), count in zip(per_class.items(), counts, strict=True)]
     f1 = [None if row["samples"] == 0 else row["f1"] for row in rows]
     return {"rows": rows, "chart": _markup(plots.class_scores_figure(names, f1))}

@@ -165,3 +165,18 @@ def test_predict_names_what_is_not_an_image(run, tmp_path):
                    expect=1)
     assert f"{tmp_path / 'broken.jpg'}: not an image that can be decoded" in output
     assert "Traceback" not in output
+
+
+def test_a_class_without_samples_says_so_rather_than_scoring_zero(run, tmp_path):
+    """A class the evaluated data lacks showed F1 0.0, a score it never earned."""
+    for name in ("c0", "c1"):
+        shutil.copytree(run / "images" / name, tmp_path / "two" / name)
+    output = train("evaluate", run / "run", tmp_path / "two", "--out", tmp_path / "ev",
+                   "--workers", "0")
+    result = json.loads((tmp_path / "ev" / "evaluation.json").read_text())
+    assert result["per_class"]["c2"] == {"precision": result["per_class"]["c2"]["precision"],
+                                         "recall": None, "f1": None, "samples": 0}
+    assert result["per_class"]["c0"]["samples"] == 10
+    assert "c2     no samples" in output or "c2  no samples" in output
+    assert rows(tmp_path / "ev" / "per_class.csv")[2] == {
+        "class": "c2", "precision": "", "recall": "", "f1": "", "samples": "0"}
