@@ -2,6 +2,7 @@
 
 Usage:
     python tools/probe_faults.py WORK [--images 3000] [--kills 20] [--damages 40] [--seed 0]
+                                      [--s3 N] [--formats webdataset,...] [--json]
 
 Three probes, each a fresh `packer` process per try:
 - kills: `packer pack` killed with SIGKILL at a random moment, for every format, then
@@ -11,6 +12,11 @@ Three probes, each a fresh `packer` process per try:
 - damaged datasets: a random byte range of a data file or manifest flipped, cut or
   zeroed, then `verify`, `unpack` and `inspect`; handled when each ends with exit 0 and
   the right data, or a non-zero exit and a message, never a traceback or a signal.
+
+With `--s3 N`, the `s3://` probes of tools/probe_s3.py too, N tries each (packs killed
+and resumed with other options, concurrent writers, objects rewritten, grown, cut or
+flipped in the bucket, a damaged cache), on a moto server of their own; `--formats ''`
+runs them alone.
 
 Prints one table of counts (and `--json` for scripts). Makes its own images under WORK.
 """
@@ -28,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from make_images import make_images  # noqa: E402
+from probe_s3 import OUTCOMES, probe_s3  # noqa: E402
 
 import packer  # noqa: E402
 from packer.errors import PackerError  # noqa: E402
@@ -126,6 +133,8 @@ def main() -> None:
     parser.add_argument("--damages", type=int, default=40, help="damaged copies per format")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--formats", default=",".join(FORMAT_NAMES))
+    parser.add_argument("--s3", type=int, default=0, metavar="N",
+                        help="tries of each s3:// probe (0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng, work = random.Random(args.seed), args.work
@@ -134,7 +143,7 @@ def main() -> None:
     if not images.exists():
         make_images(images, args.images, args.seed, os.cpu_count() or 1)
     results = {}
-    for fmt in args.formats.split(","):
+    for fmt in filter(None, args.formats.split(",")):
         good = output_of(fmt, work, f"good-{fmt}")
         if not good.exists():
             packer_run(*pack_args(images, fmt, good))
@@ -145,10 +154,18 @@ def main() -> None:
                         "closed_samples": sum(k["closed"] for k in kills),
                         "kept_samples": sum(k["kept"] for k in kills),
                         "damaged": len(damaged), "handled": sum(damaged)}
+    s3 = probe_s3(work, images, args.s3, rng) if args.s3 else {}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, "s3": s3}, indent=2))
         return
-    print(f"{'format':<11} {'kills survived':>15} {'kept on resume':>15} {'damaged handled':>16}")
+    if s3:
+        print(f"{'s3:// probe':<19} {'runs':>5} " + " ".join(f"{o:>9}" for o in OUTCOMES))
+        for name, counts in s3.items():
+            print(f"{name:<19} {sum(counts.values()):>5} "
+                  + " ".join(f"{counts[o]:>9}" for o in OUTCOMES))
+    if results:
+        print(f"{'format':<11} {'kills survived':>15} {'kept on resume':>15} "
+              f"{'damaged handled':>16}")
     for fmt, r in results.items():
         kept = r["kept_samples"] / r["closed_samples"] if r["closed_samples"] else 1.0
         print(f"{fmt:<11} {r['survived']:>7} of {r['kills']:<5} {kept:>14.0%} "
