@@ -160,7 +160,7 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "phase)." + AUTO),
     "backbone_lr_scale": (click.FloatRange(min=0), "Fine-tuning: the backbone's learning "
                           "rate as a share of the head's once unfrozen, e.g. "
-                          "--backbone-lr-scale 0.1."),
+                          "--backbone-lr-scale 0.03."),
     "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
                               "run (feature extraction)."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),

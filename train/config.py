@@ -63,7 +63,7 @@ class TrainConfig:
     weights: str | None = None
     pretrained: bool = False  # a timm or torchvision model's own pretrained weights
     freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)
-    backbone_lr_scale: float = 0.1  # fine-tuning: the backbone's share of the rate
+    backbone_lr_scale: float = 0.01  # fine-tuning: the backbone's share of the rate
     freeze_backbone: bool = False
     resume: bool = False
 

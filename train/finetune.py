@@ -107,8 +107,9 @@ def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
         config.freeze_epochs = config.freeze_epochs or 0
         return []
     choices = [Choice("backbone_lr_scale", config.backbone_lr_scale,
-                      "the backbone learns at this share of the head's rate once unfrozen: "
-                      "pretrained features need small changes (--backbone-lr-scale)")]
+                      "the backbone learns at this share of the head's rate once unfrozen, as "
+                      "fastai's fine_tune and Keras's guide do: faster, Adam's steps of the "
+                      "rate's size for every weight wreck pretrained features")]
     if frozen_statistics(config):
         choices.append(Choice("batchnorm", "statistics frozen", f"a batch of "
                               f"{config.batch_size} a device estimates them worse than the "

@@ -230,7 +230,7 @@ def test_frozen_epochs_keep_the_backbone_and_its_statistics(colours, tmp_path):
     assert not torch.equal(frozen["fc.weight"], start["fc.weight"])
     output = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2",
                    "--resume", *common)
-    assert "epoch 2: the whole network trains, the backbone at 0.1" in output
+    assert "epoch 2: the whole network trains, the backbone at 0.01" in output
     tuned = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
     assert not torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])
     assert not torch.equal(tuned["bn1.running_mean"], start["bn1.running_mean"])
@@ -248,7 +248,7 @@ def test_the_recipe_for_a_pretrained_model(colours, hub, tmp_path):
     assert "normalisation mean 0.485, 0.456, 0.406 std 0.229, 0.224, 0.225" in output
     assert "freeze epochs 1: the new head alone first" in output
     assert "batchnorm statistics frozen: a batch of 8 a device estimates them worse" in output
-    assert "backbone lr scale 0.1" in output and "on the head alone, the backbone frozen" \
+    assert "backbone lr scale 0.01" in output and "on the head alone, the backbone frozen" \
         in output
     best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert best["data"]["model_input"]["mean"] == [0.485, 0.456, 0.406]
