@@ -23,6 +23,7 @@ from train.config import (
 )
 from train.metrics import strict_json
 from train.mixing import from_command_line
+from train.monitor import METRICS
 
 _POSITIVE = click.FloatRange(min=0, min_open=True)
 _FRACTION = click.FloatRange(0, 1, max_open=True)
@@ -163,11 +164,15 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                           "--backbone-lr-scale 0.03."),
     "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
                               "run (feature extraction)."),
+    "monitor": (None, "The validation metric that picks best.pt and ends the run early: "
+                      "accuracy, macro-f1, balanced-accuracy, loss or mae, e.g. --monitor "
+                      "macro-f1; auto: macro-F1 when the classes are imbalanced (the largest "
+                      "3x the smallest), else accuracy; MAE for regression."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
             "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,
-            "cache": CACHES, "augment": AUGMENTS}
+            "cache": CACHES, "augment": AUGMENTS, "monitor": METRICS}
 DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs", "batch_size",
         "workers", "cache_dir", "cache_limit", "device", "seed")
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
@@ -175,7 +180,8 @@ AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
-       "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "resume")
+       "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "monitor",
+       "resume")
 
 
 def config_options(*names: str):

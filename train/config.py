@@ -58,6 +58,7 @@ class TrainConfig:
     mixup: float = 0.0  # Beta(alpha, alpha) mixing of whole batches (0: off)
     cutmix: float = 0.0
     patience: int | None = None
+    monitor: str = "auto"  # the metric of the best epoch and early stopping (train.monitor)
     augment: str = "light"
     seed: int = 0
     weights: str | None = None

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 import packer
 from packer.errors import PackerError
-from train import checkpoint, finetune, lr_range, plots, recipe, report
+from train import checkpoint, finetune, lr_range, monitor, plots, recipe, report
 from train.cache import KEY, RamCache
 from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe, to_inputs, to_targets
@@ -33,9 +33,9 @@ from train.step import (
     training_batch,
 )
 
+# a resumed run takes these from its checkpoint
 CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
-          "patience", "norm", "cache", "freeze_epochs")  # a resumed run takes these from its
-# checkpoint
+          "patience", "norm", "cache", "freeze_epochs", "monitor")
 
 
 @dataclass
@@ -85,6 +85,7 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
     choices += finetune.choose(config, info, total)
+    choices += monitor.choose(config, info)
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
@@ -126,7 +127,7 @@ def _take_saved_choices(config: TrainConfig) -> None:
                             RESUME_INSTEAD)["config"]
     for name in CHOSEN:
         if getattr(config, name) in (None, "auto"):
-            setattr(config, name, saved[name])
+            setattr(config, name, saved.get(name, getattr(config, name)))
 
 
 def _range_test(config: TrainConfig, data: Data) -> tuple[float, str]:
@@ -242,17 +243,6 @@ def evaluate(run: Run, loader) -> dict:
     return metrics.result()
 
 
-def monitored(task: str, val: dict | None, train: dict) -> tuple[str, float]:
-    """The score early stopping watches, higher is better: (its name, its value)."""
-    source = val or train
-    side = "val" if val else "train"
-    if task != "regress" and "accuracy" in source:
-        return f"{side} accuracy", source["accuracy"]
-    if "mae" in source:
-        return f"{side} MAE", -source["mae"]
-    return f"{side} loss", -source["loss"]
-
-
 def _state(run: Run, epoch: int, best: list | None, best_epoch: int, stale: int) -> dict:
     model = run.model.module if run.world > 1 else run.model
     return {"model": model.state_dict(), "optimizer": run.optimizer.state_dict(),
@@ -329,11 +319,13 @@ def fit(config: TrainConfig) -> dict:
             raise PackerError(_diverged(run, f"epoch {epoch + 1}: {broken}"))
         if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             run.scheduler.step((val or train)["loss"])
-        score = [monitored(run.info.task, val, train)[1], -(val or train)["loss"]]
-        improved = best is None or score > best  # ties go to the lower loss
-        best, best_epoch, stale = ((score, epoch, 0) if improved else (best, best_epoch, stale + 1))
+        watched, value = monitor.score(config.monitor, val, train)
+        score = [value, -(val or train)["loss"]]
+        improved = best is None or score > best  # ties go to the lower loss: best.pt
+        stale = 0 if monitor.progressed(score, best) else stale + 1  # ties are no progress
+        best, best_epoch = (score, epoch) if improved else (best, best_epoch)
         record = {"epoch": epoch + 1, "lr": run.optimizer.param_groups[0]["lr"],
-                  "train": train, "val": val}
+                  "train": train, "val": val, "monitor": {"name": watched, "value": abs(value)}}
         run.history.append({"epoch": epoch + 1, "score": score[0]})
         if run.main:
             _log(run, writer, record)
@@ -360,6 +352,9 @@ def _epoch_line(record: dict) -> str:
     train, val = record["train"], record["val"] or {}
     parts = [f"epoch {record['epoch']}", f"loss {train['loss']:.4f}"]
     parts += [f"val {k} {val[k]:.4f}" for k in ("loss", "accuracy", "mae", "rmse") if k in val]
+    watched = record.get("monitor") or {}
+    if watched.get("name", "").endswith(("macro-F1", "balanced accuracy")):
+        parts.append(f"{watched['name']} {watched['value']:.4f}")
     if "mae_per_target" in val:
         parts.append("val mae per target " + " ".join(f"{v:.4f}" for v in val["mae_per_target"]))
     parts += [f"{train['samples_per_s']:,.0f} samples/s",
@@ -376,8 +371,8 @@ def _finish(run: Run, writer, best_epoch: int, choices: list, stale: int) -> dic
         len(lines) < run.config.epochs
     summary = {"best_epoch": best_epoch + 1, "best": best, "epochs_run": len(lines),
                "epochs_planned": run.config.epochs, "stopped_early": stopped,
-               "monitor": monitored(run.info.task, best.get("val"), best.get("train", {}))[0]
-               if best else None,
+               "monitor": monitor.score(run.config.monitor, best.get("val"),
+                                        best.get("train", {}))[0] if best else None,
                "chosen": {c.name: {"value": c.value, "why": c.why} for c in choices},
                "samples_per_s": sum(r["train"]["samples_per_s"] for r in lines) / epochs,
                "data_wait_share": sum(r["train"]["data_wait_share"] for r in lines) / epochs}
@@ -404,8 +399,7 @@ def _report(run: Run) -> str:
 
 def _closing_line(run: Run, summary: dict) -> str:
     name = summary["monitor"] or "score"
-    side, _, metric = name.partition(" ")
-    value = (summary["best"].get(side) or {}).get(metric.lower())
+    value = (summary["best"].get("monitor") or {}).get("value")
     shown = f"{value:.4f}" if isinstance(value, float) else "-"
     early = " (stopped early)" if summary["stopped_early"] else ""
     return (f"best epoch {summary['best_epoch']} of {summary['epochs_run']}{early}: {name} "
