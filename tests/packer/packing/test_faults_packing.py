@@ -238,9 +238,10 @@ def test_a_dump_cut_while_it_is_packed_is_one_message(tmp_path):
 
 
 SLOW_WORKERS = """
-import sys, time
+import os, pathlib, sys, time
 import packer.packing.parallel as parallel
 def slow(pair):
+    pathlib.Path(os.environ["PACK_BUSY"]).touch()  # a worker is at work
     time.sleep(1)
     function, item = pair
     return function(item)
@@ -260,11 +261,12 @@ def test_ctrl_c_with_workers_is_one_quiet_stop(tmp_path):
     source = image_tree(tmp_path / "a", ["x", "y"], 300)
     out = tmp_path / "out"
     args = ["pack", str(source), "-o", str(out), "--workers", "2", "--max-count", "5", "-q"]
+    busy = tmp_path / "busy"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, *args], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    for _ in range(400):
-        if (tmp_path / "out.partial" / "progress.json").exists() or proc.poll() is not None:
+                            start_new_session=True, env={**os.environ, "PACK_BUSY": str(busy)})
+    for _ in range(1200):  # until a worker is at work (waiting for a part's file raced
+        if busy.exists() or proc.poll() is not None:  # the end of a fast pack under load)
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
