@@ -2,7 +2,7 @@
 
 Usage:
     python tools/probe_faults.py WORK [--images 3000] [--kills 20] [--damages 40] [--seed 0]
-                                      [--s3 N] [--formats webdataset,...] [--json]
+                                      [--s3 N] [--loader N] [--formats webdataset,...] [--json]
 
 Three probes, each a fresh `packer` process per try:
 - kills: `packer pack` killed with SIGKILL at a random moment, for every format, then
@@ -13,10 +13,12 @@ Three probes, each a fresh `packer` process per try:
   zeroed, then `verify`, `unpack` and `inspect`; handled when each ends with exit 0 and
   the right data, or a non-zero exit and a message, never a traceback or a signal.
 
-With `--s3 N`, the `s3://` probes of tools/probe_s3.py too, N tries each (packs killed
-and resumed with other options, concurrent writers, objects rewritten, grown, cut or
-flipped in the bucket, a damaged cache), on a moto server of their own; `--formats ''`
-runs them alone.
+With `--loader N`, the probes of tools/probe_loader.py too (batches of fork and spawn
+workers put on a torch queue, N epochs each; a file in every extension Pillow writes,
+packed with --resize). With `--s3 N`, the `s3://` probes of tools/probe_s3.py too, N
+tries each (packs killed and resumed with other options, concurrent writers, objects
+rewritten, grown, cut or flipped in the bucket, a damaged cache), on a moto server of
+their own; `--formats ''` runs them alone.
 
 Prints one table of counts (and `--json` for scripts). Makes its own images under WORK.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from make_images import make_images  # noqa: E402
+from probe_loader import probe_loader  # noqa: E402
 from probe_s3 import OUTCOMES, probe_s3  # noqa: E402
 
 import packer  # noqa: E402
@@ -135,6 +138,8 @@ def main() -> None:
     parser.add_argument("--formats", default=",".join(FORMAT_NAMES))
     parser.add_argument("--s3", type=int, default=0, metavar="N",
                         help="tries of each s3:// probe (0: none)")
+    parser.add_argument("--loader", type=int, default=0, metavar="N",
+                        help="epochs of each slots probe, and the transform probe (0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng, work = random.Random(args.seed), args.work
@@ -155,11 +160,12 @@ def main() -> None:
                         "kept_samples": sum(k["kept"] for k in kills),
                         "damaged": len(damaged), "handled": sum(damaged)}
     s3 = probe_s3(work, images, args.s3, rng) if args.s3 else {}
+    s3.update(probe_loader(work, images, args.loader) if args.loader else {})
     if args.json:
         print(json.dumps({**results, "s3": s3}, indent=2))
         return
     if s3:
-        print(f"{'s3:// probe':<19} {'runs':>5} " + " ".join(f"{o:>9}" for o in OUTCOMES))
+        print(f"{'probe':<19} {'runs':>5} " + " ".join(f"{o:>9}" for o in OUTCOMES))
         for name, counts in s3.items():
             print(f"{name:<19} {sum(counts.values()):>5} "
                   + " ".join(f"{counts[o]:>9}" for o in OUTCOMES))
