@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from packer.errors import DatasetError
+
 MANIFEST_NAME = "manifest.json"
 PARTIAL_SUFFIX = ".partial"
 SCHEMA_FILE = "manifest.schema.json"  # in packer/schemas/, for other tools too
@@ -67,3 +69,17 @@ def layout_label(manifest: dict) -> str | None:
 def class_counts(manifest: dict) -> dict[str, int]:
     return dict(zip(manifest.get("classes") or [], manifest.get("class_counts") or [],
                     strict=True))
+
+
+def split_ranges(manifest: dict | None, name: str, path) -> list[list[int]]:
+    """The [first, stop) sample index ranges of the split `name` that the pack made (the
+    manifest's `splits`), or a DatasetError naming the splits there are."""
+    splits = (manifest or {}).get("splits")
+    if not splits:
+        made = "plain shards, with no manifest" if manifest is None else "packed without splits"
+        raise DatasetError(f"{path}: split {name!r} asked for, but the dataset is {made}; "
+                           "`packer pack --split train=0.8,val=0.1,test=0.1` makes them")
+    if name not in splits["sets"]:
+        raise DatasetError(f"{path}: no split {name!r}; its splits are "
+                           f"{', '.join(map(repr, splits['sets']))}")
+    return splits["sets"][name]["ranges"]

@@ -146,6 +146,17 @@ def sample_digest(sample: dict) -> bytes:
     return hashlib.sha256(b"".join(parts)).digest()
 
 
+def content_digest(sample: dict) -> bytes:
+    """sha256 of what a sample holds, not what it is called: each field's length and
+    bytes in name order, leaving out the key and the class id (the same bytes as a.jpg
+    and b.jpeg, or under two classes, are one content)."""
+    digest = hashlib.sha256()
+    for name in sorted(k for k in sample if k not in (KEY, "cls")):
+        data = field_bytes(sample[name])
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.digest()
+
 
 _ESCAPED = {"%", ".", "~"}
 _NEEDS_ESCAPE = re.compile("[%.~\udc80-\udcff]")

@@ -137,6 +137,24 @@ from packer.sources.files.checks import CHECK_MODES
                    "--resize, in their own format), jpeg[:QUALITY] (default 90), png, webp, "
                    "or raw (uint8 pixels in the field rgb.npy: nothing to decode when "
                    "reading), e.g. --resize 64x64 --encode raw.")
+@click.option("--split", metavar="NAME=SHARE,...",
+              help="Split the samples at pack time, recorded in the manifest (sample "
+                   "indices per split), e.g. --split train=0.8,val=0.1,test=0.1: stratified "
+                   "by class when there are classes, seeded by --split-seed. A folder whose "
+                   "top holds train/, val/ (or valid/, validation/, dev/) and test/ is split by "
+                   "them without --split, classes from the folders below. Identical content in "
+                   "two splits is reported (the manifest's splits.leaks).")
+@click.option("--split-by", metavar="folder:N",
+              help="With --split: keep each group in one split, the group of a file being "
+                   "the first N folders of its path, e.g. --split-by folder:1 for "
+                   "PATIENT/scan.png (groups whole, not stratified).")
+@click.option("--split-seed", type=int, default=0, show_default=True,
+              help="The seed of --split's draw: the same seed, input and shares give the "
+                   "same splits, e.g. --split-seed 7.")
+@click.option("--dedupe", is_flag=True,
+              help="Store each exact duplicate (same bytes in every field) once: the first "
+                   "in path order is kept, the others listed as skipped with the file they "
+                   "repeat; before --split, so no content lies in two splits.")
 @table_reading_options
 @json_option
 @quiet_option
@@ -174,6 +192,8 @@ def pack(ctx, source, out, as_json, quiet, **options):
       packer pack ./images --to webdataset -o ./images-wds --max-count 10000
       packer pack ./images --to webdataset --resize 64 -o ./images64-wds
       packer pack ./images --to lmdb --resize 64x64 --encode raw -o ./images64.lmdb
+      packer pack ./images --to webdataset -o ./images-wds --split train=0.8,val=0.1,test=0.1
+      packer pack ./scans --to lmdb -o ./scans.lmdb --split train=0.8,val=0.2 --split-by folder:1
       packer pack ./images --to webdataset -o ./images-wds --resume   # after an interruption
       packer pack ./images --to webdataset -o ./images-wds --engine ray --address auto
       packer pack ./images --to webdataset -o s3://bucket/images-wds  # parts uploaded as done

@@ -2,7 +2,13 @@
 
 from pathlib import Path
 
-from packer.datasets.info import empty_classes, labels_text
+from packer.datasets.info import (
+    empty_classes,
+    labels_text,
+    leak_text,
+    splits_info,
+    splits_text,
+)
 from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
 from packer.packing.transform import reencoded_text
@@ -37,6 +43,7 @@ def pack_summary(manifest: dict, out: Path) -> dict:
         "warned": len(manifest.get("warnings") or []),
         "warned_inputs": manifest.get("warnings") or [],
         "labels": labels_text(manifest), "empty_classes": empty_classes(manifest),
+        "splits": splits_info(manifest),
     }
 
 
@@ -84,7 +91,7 @@ def pack_text(manifest: dict, out: Path) -> str:
         names = manifest["unmatched_labels"]
         rows = plural(len(names), "row of the labels file names", "rows of the labels file name")
         lines.append(f"{rows} no file: {names_text(names)}")
-    return "\n".join(lines + _labels_lines(manifest))
+    return "\n".join(lines + _labels_lines(manifest) + splits_text(manifest))
 
 
 def _header_only_text(manifest: dict) -> str | None:
@@ -137,10 +144,12 @@ def inspect_text(manifest: dict, path: Path) -> str:
     for name, info in manifest["fields"].items():
         size = "" if name == "cls" else f", {_mb(info['bytes'])}"
         lines.append(f"  {name:<10} {info['dtype']:<6} {plural(info['count'], 'sample')}{size}")
+    lines += splits_text(manifest)
     counts = class_counts(manifest)
     if counts:
         lines.append(f"classes ({len(counts)}):")
-        lines += [f"  {i:>4}  {name}: {n:,}" for i, (name, n) in enumerate(counts.items())]
+        lines += [f"  {i:>4}  {name}: {n:,}{_per_split(manifest, i)}"
+                  for i, (name, n) in enumerate(counts.items())]
     lines.append("parts:")
     for part in manifest["parts"][:LIST_LIMIT]:
         name = part.get("name", f"samples {part['first']:,}+")
@@ -155,6 +164,25 @@ def inspect_text(manifest: dict, path: Path) -> str:
     if manifest["ignored"]:
         lines.append(f"ignored: {_ignored_text(manifest)}")
     return "\n".join(lines)
+
+
+def _leaks_lines(report: dict) -> list[str]:
+    """A verify's leaks: each content found in two splits, with its keys."""
+    if not report.get("leak_count"):
+        return []
+    lines = [f"leak: {plural(report['leak_count'], 'content lies', 'contents lie')} in two "
+             "splits or more (the same bytes; `packer pack --dedupe` stores each once):"]
+    lines += ["  " + leak_text(leak) for leak in report["leaks"][:LIST_LIMIT]]
+    return lines
+
+
+def _per_split(manifest: dict, class_id: int) -> str:
+    """`  (train 40, val 5, test 5)`: a class's samples in each split, where there are splits."""
+    splits = manifest.get("splits")
+    if not splits:
+        return ""
+    return "  (" + ", ".join(f"{name} {entry['class_counts'][class_id]:,}"
+                             for name, entry in splits["sets"].items()) + ")"
 
 
 def shards_text(shards: dict) -> str:
@@ -190,6 +218,7 @@ def _ignored_text(manifest: dict) -> str:
 
 def verify_text(report: dict) -> str:
     note = [f"note: {report['reencoded']}"] if report.get("reencoded") else []
+    note += _leaks_lines(report)
     if report["ok"]:
         return "\n".join([f"OK: {plural(report['count'], 'sample')} in {report['dataset']} "
                           "verified", *note])

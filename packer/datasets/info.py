@@ -26,7 +26,51 @@ def manifest_info(manifest: dict, dataset) -> dict:
             "parts": manifest["parts"], "source": manifest["source"],
             "skipped": manifest["skipped"], "warnings": manifest.get("warnings") or [],
             "ignored": manifest["ignored"], "records": manifest.get("records"),
-            "transform": manifest.get("transform")}
+            "transform": manifest.get("transform"), "splits": splits_info(manifest)}
+
+
+def splits_info(manifest: dict) -> dict | None:
+    """The splits the pack made, without their index ranges: how each was made, and per
+    split its count and class counts by name; the leaks (identical content in two)."""
+    splits = manifest.get("splits")
+    if not splits:
+        return None
+    classes = manifest.get("classes") or []
+    sets = {name: {"count": entry["count"],
+                   "classes": dict(zip(classes, entry["class_counts"] or [], strict=False))}
+            for name, entry in splits["sets"].items()}
+    return {**{k: v for k, v in splits.items() if k not in ("sets", "leaks")},
+            "sets": sets, "leaks": splits["leaks"]}
+
+
+def leak_text(leak: dict, most: int = 3) -> str:
+    """`a/1 (train) = b/2 (test)`: the keys of one content found in several splits."""
+    keys = [f"{key} ({name})" for name, keys in leak["keys"].items() for key in keys]
+    more = f" and {len(keys) - most:,} more" if len(keys) > most else ""
+    return " = ".join(keys[:most]) + more
+
+
+def splits_text(manifest: dict) -> list[str]:
+    """`splits (train=0.8, val=0.2; stratified by class, seed 0): train 80, val 20`, and
+    a line on identical content found in two splits."""
+    info = splits_info(manifest)
+    if info is None:
+        return []
+    if info["method"] == "folders":
+        how = "by the source's folders"
+    else:
+        shares = ", ".join(f"{name}={share:g}" for name, share in info["ratios"].items())
+        kept = (f"groups {info['by']} kept whole" if info["by"] else
+                "stratified by class" if info["stratified"] else "random")
+        how = f"{shares}; {kept}, seed {info['seed']}"
+    lines = [f"splits ({how}): " + ", ".join(f"{name} {entry['count']:,}"
+                                            for name, entry in info["sets"].items())]
+    if info["leak_count"]:
+        shown = "; ".join(leak_text(leak) for leak in info["leaks"][:3])
+        lines.append(f"leak: {plural(info['leak_count'], 'content lies', 'contents lie')} in "
+                     f"two splits or more (the same bytes), e.g. {shown}; all listed in the "
+                     "manifest's splits.leaks. --dedupe stores each content once")
+    return lines
 
 
 def labels_text(manifest: dict) -> str:

@@ -1,13 +1,15 @@
 """Verifying: every sample readable, every part matching the manifest, and (with
 `--against`) every packed file bit-identical to its source and every source file
-either packed or listed as skipped. Each part is checked by its format
-(`verify_part`); the comparison with the source is the source kind's (`against`)."""
+either packed or listed as skipped; a dataset with splits, for content found in two of
+them (packer.datasets.leaks). Each part is checked by its format (`verify_part`); the
+comparison with the source is the source kind's (`against`)."""
 
 import os
 from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from packer.datasets.leaks import LeakCheck
 from packer.errors import UsageProblem
 from packer.manifest import DIGEST_KEY, digest_matches
 from packer.packing.transform import reencoded_text, transform_of
@@ -113,10 +115,14 @@ def verify(dataset, against: Path | None = None, progress: bool = True, cache_di
     An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
     manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
     compare = _comparer(manifest, Path(against)) if against is not None else None
+    if manifest.get("splits"):
+        compare = leaks = LeakCheck(manifest, compare)
     problems, count = _manifest_problems(manifest), 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
     for part, on_disk in parts:
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
+        if manifest.get("splits"):
+            leaks.at(part["first"])
         part_problems, seen = module.verify_part(*on_disk, name, compare)
         problems += part_problems
         count += seen
@@ -126,6 +132,8 @@ def verify(dataset, against: Path | None = None, progress: bool = True, cache_di
         problems.append(f"{count} samples read, the manifest says {manifest['count']}")
     if compare:
         problems += compare.unaccounted(manifest)
+    found = leaks.leaks() if manifest.get("splits") else []
     return {"dataset": str(dataset), "format": manifest["format"], "ok": not problems,
-            "reencoded": reencoded_text(manifest),
+            "reencoded": reencoded_text(manifest), "leak_count": len(found),
+            "leaks": found[:MAX_PROBLEMS],
             "count": count, "problem_count": len(problems), "problems": problems[:MAX_PROBLEMS]}

@@ -44,12 +44,39 @@ class Chunk(NamedTuple):
     spool: str | None = None  # a file holding `blob`, when it crossed from a worker
     spool_crc: int = 0  # the CRC-32 of the spool file's bytes
     warnings: dict | None = None  # position in the run -> warnings of a good sample's inputs
+    keys: tuple = ()  # per good sample, where the pack keeps them (splits, --dedupe)
+    contents: bytes = b""  # ... and its content_digest, 32 bytes each
 
     def good_positions(self) -> list[int]:
         """The position in the run of each good sample."""
         if not self.skipped:
             return list(range(self.count))
         return [p for p in range(self.count) if p not in self.skipped]
+
+    def without(self, dropped: dict[int, list]) -> "Chunk":
+        """The chunk less the good samples numbered in `dropped` (good sample -> the skip
+        entries that now list it)."""
+        keep = [i for i in range(len(self.lengths)) if i not in dropped]
+        offsets = [0, *accumulate(self.lengths)]
+        blob = memoryview(self.blob)
+        totals: dict[str, list[int]] = {}
+        for i in keep:
+            for name, size in self.field_sizes[i]:
+                total = totals.setdefault(name, [0, 0])
+                total[0] += 1
+                total[1] += size
+        positions = self.good_positions()
+        return self._replace(
+            blob=b"".join(blob[offsets[i]:offsets[i + 1]] for i in keep),
+            lengths=[self.lengths[i] for i in keep],
+            digests=b"".join(self.digests[32 * i:32 * i + 32] for i in keep),
+            field_sizes=[self.field_sizes[i] for i in keep],
+            labels=[self.labels[i] for i in keep], totals=totals,
+            skipped={**self.skipped, **{positions[i]: entries for i, entries in dropped.items()}},
+            warnings={p: w for p, w in (self.warnings or {}).items()
+                      if p not in {positions[i] for i in dropped}},
+            keys=tuple(self.keys[i] for i in keep),
+            contents=b"".join(self.contents[32 * i:32 * i + 32] for i in keep))
 
 
 def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:

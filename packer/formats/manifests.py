@@ -97,6 +97,22 @@ def _count_problem(manifest: dict) -> str | None:
     classes, counts = manifest.get("classes"), manifest.get("class_counts")
     if len(classes or []) != len(counts or []):
         return f"{len(classes or [])} class names but {len(counts or [])} class counts"
+    return _split_problem(manifest)
+
+
+def _split_problem(manifest: dict) -> str | None:
+    """Where a split's ranges leave the dataset, overlap, or disagree with its count."""
+    taken = []
+    for name, split in (manifest.get("splits") or {"sets": {}})["sets"].items():
+        if sum(stop - first for first, stop in split["ranges"]) != split["count"]:
+            return f"the ranges of split {name!r} do not hold its count, {split['count']:,}"
+        taken += [(first, stop, name) for first, stop in split["ranges"]]
+    end = 0
+    for first, stop, name in sorted(taken):
+        if not end <= first < stop <= manifest["count"]:
+            return (f"split {name!r} has the range [{first:,}, {stop:,}), which overlaps "
+                    f"another or lies outside the {manifest['count']:,} samples")
+        end = stop
     return None
 
 

@@ -57,6 +57,10 @@ class PackOptions:
     resize: str | None = None  # the pack-time transform (packer/packing/transform.py)
     resize_mode: str = "crop"
     encode: str = "keep"
+    split: str | None = None  # splits made at pack time (packer/packing/splits.py)
+    split_by: str | None = None
+    split_seed: int = 0
+    dedupe: bool = False
 
     def transform(self) -> Transform | None:
         """The transform of every image, or None when the files are stored as they are."""
@@ -100,7 +104,7 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
 
 # Options of every pack, whatever the source and the format.
 EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "overwrite",
-                        "spec", "as_json", "quiet"})
+                        "spec", "as_json", "quiet", "split", "split_seed", "dedupe"})
 # Bounds of a part, which a format reads or not (its PACK_OPTIONS): given to a format that
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})

@@ -30,7 +30,9 @@ from packer.packing.options import PackOptions, found_labels
 from packer.packing.parallel import engine_map
 from packer.packing.ray_engine import check_cluster
 from packer.packing.resume import check_unchanged
+from packer.packing.sample_log import SampleLog, sample_facts
 from packer.packing.space import check_room, disk_full_reported
+from packer.packing.splits import check_split_options, check_split_source, splits_entry
 from packer.packing.tally import Tally, nothing_packed
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
@@ -48,6 +50,7 @@ RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS 
 def check_paths(source, out: Path, options: PackOptions) -> None:
     claimed(source, options.spec)
     options.transform()  # a bad --resize or --encode is refused before anything is read
+    check_split_options(options)
     if not is_s3(source):  # a local output is never inside a bucket, nor holds one
         src, dst = Path(source).resolve(), out.resolve()
         if dst.is_relative_to(src):
@@ -76,16 +79,26 @@ def _make_parents(out: Path) -> None:
                           f"({err.strerror}); choose an -o in a folder you can write to") from None
 
 
-def _shape(source, module) -> str:
-    """The first of the shapes the source offers that the format's writer takes."""
+def _shape(source, module, logged: bool) -> str:
+    """The first of the shapes the source offers that the format's writer takes (samples
+    one by one where the pack keeps a log of them)."""
+    if logged:
+        return SAMPLES
     return next(shape for shape in (*source.SHAPES, SAMPLES) if shape in module.SHAPES)
+
+
+def _logged(source, options: PackOptions) -> bool:
+    """Whether the pack keeps its samples' keys and contents: to split them, or to drop
+    duplicates."""
+    return bool(options.split or options.dedupe or getattr(source, "split_folders", None))
 
 
 def _setup(source, options: PackOptions) -> dict:
     """What the writer writes (fields, classes, the shape of the samples and what it
     needs) and what a resumed run must match (the input and the options that shape
     this format)."""
-    shape = _shape(source, format_module(options.to))
+    logged = _logged(source, options)
+    shape = _shape(source, format_module(options.to), logged)
     fingerprint = hashlib.sha256(json.dumps([source.fingerprint, options.shaping()],
                                             default=str).encode()).hexdigest()
     indexed = shape != SAMPLES  # samples keyed by their index: the reader makes the keys
@@ -98,7 +111,7 @@ def _setup(source, options: PackOptions) -> dict:
             "input": {"fingerprint": source.fingerprint, "samples": source.count},
             "shape": shape, "implicit_keys": indexed,
             "key_dataset": None if indexed else source.key_dataset, "attrs": source.attrs,
-            "records": source.records_layout() if shape == RECORDS else None,
+            "records": source.records_layout() if shape == RECORDS else None, "logged": logged,
             "record_dtype": source.record_dtype if shape == RECORDS else None}
 
 
@@ -120,14 +133,30 @@ def _start(out: Path, source, setup: dict, options: PackOptions, on_part=None):
         progress = None
     module = format_module(options.to)
     writer = module.WRITER(work, setup, *module.part_limits(options))
-    writer.on_close = on_part
     tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     restarted = progress and writer.resume(progress["parts"])
     if restarted:
         sys.stderr.write(f"Warning: {work}: {restarted}; packing again from the start.\n")
     elif progress:
         tally = Tally(**progress["tally"])
+    setup["log"] = SampleLog(work, options.dedupe) if setup["logged"] else None
+    writer.on_close = _on_close(setup["log"], on_part)
+    if setup["log"]:
+        setup["log"].resume(writer.parts)
     return writer, tally
+
+
+def _on_close(log: SampleLog | None, on_part):
+    """What runs as each part closes: the log of its samples written, then `on_part`."""
+    if log is None:
+        return on_part
+
+    def closed(folder: Path, part: dict) -> None:
+        log.part_closed(part)
+        if on_part is not None:
+            on_part(folder, part)
+
+    return closed
 
 
 def _save_progress(writer, tally: Tally, setup: dict) -> None:
@@ -151,10 +180,13 @@ def _pack_chunk(job: tuple) -> Chunk:
     A worker process writes the encoded bytes to a spool file instead of returning
     them: a pipe would copy every byte several times in the main process.
     """
-    read_job, source_job, fmt, spool, transform = job
+    read_job, source_job, fmt, spool, transform, logged = job
     outcomes = read_job(source_job)
-    chunk = encode_chunk(transform.apply(outcomes) if transform else outcomes,
-                         format_module(fmt))
+    outcomes = transform.apply(outcomes) if transform else outcomes
+    chunk = encode_chunk(outcomes, format_module(fmt))
+    if logged:
+        keys, contents = sample_facts(outcomes)
+        chunk = chunk._replace(keys=keys, contents=contents)
     if spool is None:
         return chunk
     with open(spool, "xb") as file:  # never a file that another run's worker made
@@ -259,7 +291,7 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
     spool.mkdir()
     spooled = options.engine == "local" and options.workers > 1  # Ray's tasks return theirs
     jobs = ((read_job, job, options.to, str(spool / f"{n:08d}") if spooled else None,
-             setup["transform"])
+             setup["transform"], setup["logged"])
             for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
     bar = _progress_bar(options, total=total, initial=start, unit="sample",
                         desc=f"packing to {options.to}", dynamic_ncols=True)
@@ -280,6 +312,8 @@ def _store_chunks(chunks, source, writer, tally: Tally, setup: dict, options: Pa
     for chunk in chunks:
         if chunk.skipped and options.on_error == "fail":
             _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
+        if setup["log"] is not None:
+            chunk = setup["log"].admit(chunk)
         _make_room(writer, len(chunk.blob) + writer.pending_bytes())
         stored = 0
         while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
@@ -356,6 +390,7 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
         raise UsageProblem(f"{out} already exists; pass --overwrite to replace it")
     started_ns = time.time_ns()
     source, read_job = open_source(path, options)
+    check_split_source(source, options)
     if source.scan_skipped and options.on_error == "fail":
         _fail_on(source.scan_skipped[0], path)
     if not source.count:
@@ -381,6 +416,11 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
             raise PackerError(nothing_packed(path, source.scan_skipped + tally.skipped))
         source.input_bytes = source.input_bytes or tally.input_bytes  # a folder's, known now
         manifest = _manifest(source, writer, tally, setup, options)
+        if setup["log"] is not None:
+            splits = splits_entry(*setup["log"].entries(writer.parts), source.classes,
+                                  options, getattr(source, "split_folders", None))
+            manifest.update({"splits": splits} if splits else {})
+            setup["log"].remove()
         manifest["source"]["path"] = shown or manifest["source"]["path"]
         seal(manifest)
         writer.finish(manifest)

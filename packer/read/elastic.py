@@ -41,14 +41,14 @@ class Order:
     """The sequence of one dataset's units for an epoch (plan.units)."""
 
     def __init__(self, part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
-                 holdout=None):
+                 holdout=None, ranges: list | None = None):
         self.part_counts, self.unit, self.shuffle, self.seed = part_counts, unit, shuffle, seed
-        self.holdout, self._identity = holdout, None
+        self.holdout, self.ranges, self._identity = holdout, ranges, None
         self.total = sum(run.count for run in self.units(0, shuffled=False))
 
     def units(self, epoch: int, shuffled: bool = True) -> list[Segment]:
         return plan.units(self.part_counts, self.unit, self.shuffle and shuffled, self.seed,
-                          epoch, self.holdout)
+                          epoch, self.holdout, self.ranges)
 
     def describe(self) -> str:
         """How a state names the dataset this order is of, in a refusal."""

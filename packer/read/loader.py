@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.errors import DatasetError
+from packer.manifest import split_ranges
 from packer.read import lean, mix, plan
 from packer.read.batches import (
     GROUP,
@@ -49,14 +50,16 @@ class PackedDataset(EpochProgress, IterableDataset):
     "val")` reads only a fixed tenth of the dataset (whole units spread evenly over
     it), `(0.1, "train")` the rest: a validation split without a second dataset. `order`:
     the epoch's sequence of units (packer.read.elastic.Order of `source`, or of several
-    datasets: packer.read.mix)."""
+    datasets: packer.read.mix). `split="val"` reads only the samples of a split the pack
+    made (the manifest's `splits`)."""
 
     def __init__(self, source: PackedParts, *, shuffle: bool = False, seed: int = 0,
                  decode: str = "rgb8", image_size=None, transform=None, decoders=None,
                  rank: int | None = None, world_size: int | None = None,
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
                  unit: int = 64, holdout: tuple[float, str] | None = None,
-                 exact_resize: bool = False, threads: int = 0, order=None):
+                 exact_resize: bool = False, threads: int = 0, order=None,
+                 split: str | None = None):
         if threads < 0:
             raise ValueError(f"threads={threads}: give 0 (decode in the reading process or "
                              "worker) or the number of decoding threads")
@@ -87,9 +90,11 @@ class PackedDataset(EpochProgress, IterableDataset):
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
         self.holdout = holdout
+        ranges = split_ranges(source.manifest, split, source.path) if split else None
         if holdout and self.unit:  # units small enough that the held-out side gets 16 or more
             self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
-        self.order = order or Order(source.part_counts, self.unit, shuffle, seed, holdout)
+        self.order = order or Order(source.part_counts, self.unit, shuffle, seed, holdout,
+                                    ranges)
         self.total = self.order.total
         # In shared memory, so that persistent workers see the epoch set_epoch gives
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -322,7 +327,8 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                  world_size: int | None = None, remainder: str = "pad", on_error: str = "warn",
                  shuffle_buffer: int = 1024, unit: int = 64, holdout=None,
                  exact_resize: bool = False, threads: int = 0, cache_dir=None,
-                 cache_limit=None, weights=None, samples: int | None = None) -> PackedDataset:
+                 cache_limit=None, weights=None, samples: int | None = None,
+                 split: str | None = None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
     shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
@@ -348,8 +354,13 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                      "sizes": in proportion to their samples (each once an epoch)
     samples          the length of a mix's epoch (default: until its first dataset to
                      run out has given each of its samples once)
+    split            only the samples of this split, made when the dataset was packed
+                     (`packer pack --split`, or its train/, val/, test/ folders)
     """
     order = None
+    if split is not None and (weights is not None or samples is not None):
+        raise ValueError(f"split={split!r} reads one split of one dataset; a mix "
+                         "(weights=, samples=) takes whole datasets")
     if weights is not None or samples is not None:
         source, order = mix.open_mix(path, weights, samples, unit=unit, shuffle=shuffle,
                                      seed=seed, holdout=holdout, cache_dir=cache_dir,
@@ -360,4 +371,5 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                          decode=decode, image_size=image_size, transform=transform,
                          decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
-                         holdout=holdout, exact_resize=exact_resize, threads=threads)
+                         holdout=holdout, exact_resize=exact_resize, threads=threads,
+                         split=split)

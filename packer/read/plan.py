@@ -18,6 +18,7 @@ padding), every rank yields the same count, and a position in a worker's
 sequence says exactly which samples came before it, so resuming is a skip.
 """
 
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -45,11 +46,34 @@ def holdout_units(runs: list[Segment], holdout: tuple[float, str] | None) -> lis
     return [run for run, held in zip(runs, picked, strict=True) if held == (side == "val")]
 
 
+def range_runs(part_counts: list[int], ranges: list, unit: int | None) -> list[Segment]:
+    """The samples of `ranges` ([first, stop) of the whole dataset's indices, sorted: a
+    split the manifest records) as runs of at most `unit` samples within a part."""
+    starts = [0]
+    for count in part_counts:
+        starts.append(starts[-1] + count)
+    runs = []
+    for first, stop in ranges:
+        while first < stop:
+            part = bisect_right(starts, first) - 1
+            end = min(stop, starts[part + 1])
+            runs += [Segment(part, begin - starts[part], min(unit or end, end - begin))
+                     for begin in range(first, end, unit or end - first)]
+            first = end
+    return runs
+
+
 def units(part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
-          epoch: int, holdout: tuple[float, str] | None = None) -> list[Segment]:
-    runs = [Segment(p, start, min(unit or count, count - start))
-            for p, count in enumerate(part_counts)
-            for start in range(0, count, unit or max(count, 1))]
+          epoch: int, holdout: tuple[float, str] | None = None,
+          ranges: list | None = None) -> list[Segment]:
+    """The epoch's units: every part (or only the samples of `ranges`) cut into runs of at
+    most `unit`, one side of `holdout` kept, shuffled by (seed, epoch)."""
+    if ranges is None:
+        runs = [Segment(p, start, min(unit or count, count - start))
+                for p, count in enumerate(part_counts)
+                for start in range(0, count, unit or max(count, 1))]
+    else:
+        runs = range_runs(part_counts, ranges, unit)
     runs = holdout_units(runs, holdout)
     if shuffle:
         order = np.random.default_rng([seed, epoch]).permutation(len(runs))

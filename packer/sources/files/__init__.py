@@ -21,7 +21,8 @@ OPTIONS = {name: Applies(_FOLDER) for name in ("labels", "unlabelled", "group_by
                                                "follow_symlinks", "check", "on_error")}
 OPTIONS["encoding"] = Applies(_FOLDER, needs={FOLDER: "labels"})  # of the labels file
 OPTIONS.update(resize=Applies(_FOLDER), encode=Applies(_FOLDER),  # the pack-time transform
-               resize_mode=Applies(_FOLDER, needs={FOLDER: "resize"}))
+               resize_mode=Applies(_FOLDER, needs={FOLDER: "resize"}),
+               split_by=Applies(_FOLDER, needs={FOLDER: "split"}))  # groups from the paths
 UNCLAIMED = "not a folder"
 RECORDED_AS = ("files",)
 

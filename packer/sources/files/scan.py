@@ -5,6 +5,9 @@ Layouts, picked in this order:
   `filename,label` rows; string labels become class ids.
 - ImageFolder: the folder holds only sub-folders; each top folder is a class, ids
   in sorted-name order.
+- Split folders: the top folders are all split names (train, val, test ...); they
+  are the splits (packer/packing/splits.py), and the folders below them the classes
+  (when every split folder holds only folders; otherwise there are no labels).
 - otherwise (or `--unlabelled`): no labels.
 
 The folder is walked twice, folder by folder in sorted order: `scan_folder` counts
@@ -31,6 +34,7 @@ from packer.sources.base import Source
 from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
 
 SIDECAR_FIELDS = {"json", "txt", "cls"}
+SPLIT_FOLDERS = ("train", "val", "valid", "validation", "dev", "test")  # in the splits' order
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
 
 
@@ -75,6 +79,8 @@ class Scan(Source):
     notes: Notes = field(default_factory=Notes)
     unmatched_labels: list[str] = field(default_factory=list)
     top_files: list[str] = field(default_factory=list)  # beside sub-folders: not an ImageFolder
+    split_folders: list[str] | None = None  # train/, val/, test/ at the top: the splits
+    class_level: int = 0  # the folder level that names a sample's class (ImageFolder)
     tree: object = None  # what the walk lists: a LocalTree, or an ObjectTree of a prefix
 
     kind = "files"
@@ -129,7 +135,8 @@ class Scan(Source):
                        "labels": self.label_source, "labels_file": self.labels_file,
                        "labels_read": self.labels_read, "samples": self.count,
                        "bytes": self.input_bytes,
-                       "top_files": self.top_files[:5], "top_file_count": len(self.top_files)},
+                       "top_files": self.top_files[:5], "top_file_count": len(self.top_files),
+                       "split_folders": self.split_folders},
             "ignored": self.notes.ignored,
             "symlinks": {"followed": self.follow_symlinks, "count": self.notes.symlinks},
             "shared_stems": self.notes.shared_stems,
@@ -164,8 +171,8 @@ class Scan(Source):
             return samples
         if any(f.lower() == "cls" for s in samples for f, _ in s.files):
             samples = self._drop_cls_files(samples, notes)
-        if self.labels is None:  # ImageFolder: the folder's top component is the class
-            label = self.class_ids[folder.split("/", 1)[0]]
+        if self.labels is None:  # ImageFolder: a folder of the path is the class
+            label = self.class_ids[folder.split("/")[self.class_level]]
             for sample in samples:
                 sample.label = label
             return samples
@@ -342,9 +349,12 @@ def count_samples(scan: Scan, folders_layout: bool) -> Scan:
     if folders_layout:
         folders, files = scan.tree.top_names(scan.exclude)
         scan.top_files = files if folders else []
-        if folders and not files:
-            scan.classes, scan.label_source = folders, "folders"
+        scan.split_folders = split_folders(folders) if not files else None
+        classes = _split_classes(scan) if scan.split_folders else folders
+        if classes and not files:
+            scan.classes, scan.label_source = classes, "folders"
             scan.class_ids = {name: i for i, name in enumerate(scan.classes)}
+            scan.class_level = 1 if scan.split_folders else 0
     digest, listing = hashlib.sha256(), []
     for sample in scan.samples(scan.notes):
         listing.append(scan.fingerprinted(sample))
@@ -357,6 +367,30 @@ def count_samples(scan: Scan, folders_layout: bool) -> Scan:
     if scan.labels is not None:
         scan.unmatched_labels = sorted(set(scan.labels) - scan.notes.labelled)
     return scan
+
+
+def split_folders(folders: list[str]) -> list[str] | None:
+    """The top folders, when they are two or more split names (train/, val/, test/ ...)."""
+    return folders if len(folders) > 1 and all(f.lower() in SPLIT_FOLDERS
+                                               for f in folders) else None
+
+
+def _split_classes(scan: Scan) -> list[str] | None:
+    """The class folders below the split folders (their union, sorted), when every split
+    folder holds folders only; else None: the samples have no labels."""
+    notes, classes = Notes(), set()
+    top = scan.tree.top()
+    for name, entry in scan.tree.entries(top, "", notes):
+        if name not in scan.split_folders:
+            continue
+        handle = scan.tree.kind(top, entry, name, notes)
+        found = [(sub, scan.tree.kind(handle, sub_entry, f"{name}/{sub}", notes))
+                 for sub, sub_entry in scan.tree.entries(handle, f"{name}/", notes)
+                 if not is_junk(sub) and f"{name}/{sub}" not in scan.exclude]
+        if not found or any(kind == FILE for _, kind in found):
+            return None
+        classes.update(sub for sub, kind in found if kind is not None)
+    return sorted(classes) or None
 
 
 def read_labels(path, has_file, encoding: str | None, in_folder: bool, data=None):

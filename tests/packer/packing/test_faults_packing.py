@@ -67,7 +67,8 @@ def test_two_overwrite_packs_into_one_output_never_publish_mixed_data(tmp_path):
 
 
 def test_workers_die_with_the_main_process(tmp_path):
-    source = image_tree(tmp_path / "a", [f"c{i}" for i in range(4)], 500)
+    # images large enough that decoding 2,000 takes the workers well past their set-up
+    source = image_tree(tmp_path / "a", [f"c{i}" for i in range(4)], 300, size=(160, 120))
     proc = pack_process(source, tmp_path / "out", "--workers", "2", "--check", "decode")
     children = []
     for _ in range(600):  # until both workers are past their set-up, decoding
