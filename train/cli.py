@@ -165,9 +165,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
                               "run (feature extraction)."),
     "monitor": (None, "The validation metric that picks best.pt and ends the run early: "
-                      "accuracy, macro-f1, balanced-accuracy, loss or mae, e.g. --monitor "
-                      "macro-f1; auto: macro-F1 when the classes are imbalanced (the largest "
-                      "3x the smallest), else accuracy; MAE for regression."),
+                      "accuracy, macro-f1, balanced-accuracy, map (multi-label), loss or mae, "
+                      "e.g. --monitor macro-f1; auto: macro-F1 when the classes are imbalanced "
+                      "(the largest 3x the smallest), else accuracy; MAE for regression; mAP "
+                      "for multi-label."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,

@@ -79,6 +79,8 @@ def _write(result: dict, classes: list[str] | None, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "evaluation.json").write_text(json.dumps(strict_json(result), indent=1,
                                                     allow_nan=False))
+    if "per_label" in result:
+        _write_per_label(result["per_label"], out / "per_label.csv")
     if "per_class" not in result:
         return
     counts = result["confusion"]
@@ -99,12 +101,36 @@ def _write(result: dict, classes: list[str] | None, out: Path) -> None:
                     f"{result['data']}: accuracy {result['accuracy']:.3f}")
 
 
+def _write_per_label(per_label: dict, path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["label", "precision", "recall", "f1", "ap", "samples"])
+        for name, s in per_label.items():
+            scores = [s["precision"], s["recall"], s["f1"], s["ap"]]
+            writer.writerow([name, *("" if v is None else f"{v:.4f}" for v in scores),
+                             s["samples"]])
+
+
+def _label_lines(result: dict) -> list[str]:
+    """Multi-label: mAP, then per label precision, recall, F1 and AP."""
+    per_label = result["per_label"]
+    width = max(len(name) for name in per_label)
+    shown = "no positive sample" if result["map"] is None else f"{result['map']:.4f}"
+    lines = [f"mAP {shown}", f"{'label':<{width}}  precision  recall     f1     AP"]
+    lines += [f"{name:<{width}}  no samples" if s["recall"] is None else
+              f"{name:<{width}}  {s['precision']:9.3f}  {s['recall']:6.3f}  {s['f1']:5.3f}  "
+              f"{s['ap']:5.3f}" for name, s in per_label.items()]
+    return lines
+
+
 def summary(result: dict, classes: list[str] | None) -> str:
     """What a person reads: the headline figures, per-class scores, the confusion."""
     if "mae" in result:
         return (f"{result['samples']:,} samples: MAE {result['mae']:.4f}, RMSE "
                 f"{result['rmse']:.4f}, loss {result['loss']:.4f}")
     lines = [f"{result['samples']:,} samples: accuracy {result['accuracy']:.4f}"]
+    if "per_label" in result:
+        return "\n".join(lines + _label_lines(result))
     if "per_class" not in result:
         return lines[0]
     width = max(len(name) for name in classes)

@@ -353,7 +353,7 @@ def _epoch_line(record: dict) -> str:
     parts = [f"epoch {record['epoch']}", f"loss {train['loss']:.4f}"]
     parts += [f"val {k} {val[k]:.4f}" for k in ("loss", "accuracy", "mae", "rmse") if k in val]
     watched = record.get("monitor") or {}
-    if watched.get("name", "").endswith(("macro-F1", "balanced accuracy")):
+    if watched.get("name", "").endswith(("macro-F1", "balanced accuracy", "mAP")):
         parts.append(f"{watched['name']} {watched['value']:.4f}")
     if "mae_per_target" in val:
         parts.append("val mae per target " + " ".join(f"{v:.4f}" for v in val["mae_per_target"]))

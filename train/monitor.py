@@ -5,9 +5,10 @@ a run alive: accuracy 1.0 from epoch 9 with the loss still falling never stopped
 
     auto               classification: macro-F1 when the largest class has IMBALANCED
                        times the samples of the smallest (accuracy rewards ignoring a
-                       rare class), else accuracy; regression: MAE; multi-label: accuracy
-    macro-f1           the mean F1 of the classes the validation data holds
+                       rare class), else accuracy; regression: MAE; multi-label: mAP
+    macro-f1           the mean F1 of the classes (or labels) the validation data holds
     balanced-accuracy  the mean recall of those classes
+    map                multi-label: the mean average precision of those labels
 """
 
 from packer.errors import PackerError
@@ -15,7 +16,7 @@ from train.config import TrainConfig
 from train.data import DataInfo
 from train.recipe import Choice
 
-METRICS = ("auto", "accuracy", "macro-f1", "balanced-accuracy", "loss", "mae")
+METRICS = ("auto", "accuracy", "macro-f1", "balanced-accuracy", "map", "loss", "mae")
 IMBALANCED = 3.0
 _CLASSES_ONLY = ("accuracy", "macro-f1", "balanced-accuracy")
 
@@ -29,10 +30,14 @@ def choose(config: TrainConfig, info: DataInfo) -> list[Choice]:
         if info.task != "regress" and config.monitor == "mae":
             raise PackerError(f"--monitor mae scores regression, and this is a {info.task} "
                               "task: use --monitor accuracy, macro-f1, balanced-accuracy or loss")
-        if info.task == "multilabel" and config.monitor != "accuracy" and \
-                config.monitor != "loss":
-            raise PackerError(f"--monitor {config.monitor} needs one class a sample: a "
-                              "multi-label task is watched by accuracy or loss")
+        if info.task == "multilabel" and config.monitor == "balanced-accuracy":
+            raise PackerError("--monitor balanced-accuracy needs one class a sample: a "
+                              "multi-label task is watched by map, macro-f1, accuracy or loss")
+        if info.task != "multilabel" and config.monitor == "map":
+            raise PackerError(f"--monitor map ranks the labels of a multi-label task, and "
+                              f"this is a {info.task} task: use --monitor "
+                              + ("mae or loss" if info.task == "regress" else
+                                 "accuracy, macro-f1, balanced-accuracy or loss"))
         return []
     config.monitor, why = _from_data(info)
     return [Choice("monitor", config.monitor, why)]
@@ -41,12 +46,15 @@ def choose(config: TrainConfig, info: DataInfo) -> list[Choice]:
 def _from_data(info: DataInfo) -> tuple[str, str]:
     if info.task == "regress":
         return "mae", "regression: the mean absolute error, in the target's units"
+    if info.task == "multilabel":
+        return "map", ("multi-label: the mean average precision of the labels (element-wise "
+                       "accuracy would reward predicting no label where labels are rare)")
     counts = [n for n in info.class_counts or [] if n > 0]
     if info.task == "classify" and counts and max(counts) >= IMBALANCED * min(counts):
         return "macro-f1", (f"the classes are imbalanced ({max(counts):,} against "
                             f"{min(counts):,} samples): accuracy would reward ignoring a "
                             "rare class")
-    return "accuracy", "the classes are balanced (or multi-label)"
+    return "accuracy", "the classes are balanced"
 
 
 def score(metric: str, val: dict | None, train: dict) -> tuple[str, float]:
@@ -54,6 +62,10 @@ def score(metric: str, val: dict | None, train: dict) -> tuple[str, float]:
     metrics, or the training loss where there is no validation."""
     if not val:
         return "train loss", -train["loss"]
+    if "per_label" in val and metric in ("map", "macro-f1"):
+        name, value = ("val mAP", val["map"]) if metric == "map" else ("val macro-F1",
+                                                                       val["macro_f1"])
+        return (name, value) if value is not None else ("val loss", -val["loss"])
     if metric == "loss" or metric not in ("accuracy", "mae") and "per_class" not in val:
         return "val loss", -val["loss"]
     if metric == "mae":

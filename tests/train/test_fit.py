@@ -246,10 +246,42 @@ def test_multilabel_from_a_table_with_two_label_columns(tmp_path):
     (tmp_path / "ml.csv").write_text("\n".join(rows) + "\n")
     packer_run("pack", tmp_path / "ml.csv", "--to", "hdf5", "--label-column", "l1,l2", "-o",
                tmp_path / "ml.h5", "-q")
-    train("fit", tmp_path / "ml.h5", "--out", tmp_path / "run", "--epochs", "12", "--workers",
-          "0", "--lr", "3e-3", "--batch-size", "32", "--val-split", "0.2")
+    said = train("fit", tmp_path / "ml.h5", "--out", tmp_path / "run", "--epochs", "12",
+                 "--workers", "0", "--lr", "3e-3", "--batch-size", "32", "--val-split", "0.2")
     best = json.loads((tmp_path / "run" / "summary.json").read_text())["best"]["val"]
     assert best["accuracy"] > 0.85  # the share of labels right
+    assert "monitor map" in said and "val mAP" in said  # chosen from the data, each epoch
+    assert set(best["per_label"]) == {"l1", "l2"} and best["map"] > 0.9
+    assert all(s["ap"] > 0.85 and s["f1"] > 0.8 for s in best["per_label"].values())
+    shown = train("evaluate", tmp_path / "run", tmp_path / "ml.h5", "--out", tmp_path / "ev",
+                  "--workers", "0")
+    assert "mAP" in shown and "l2" in shown
+    rows = (tmp_path / "ev" / "per_label.csv").read_text().splitlines()
+    assert rows[0] == "label,precision,recall,f1,ap,samples" and len(rows) == 3
+
+
+def test_multilabel_metrics_are_per_label_with_ap_as_scikit_learn_gives_it():
+    from sklearn.metrics import average_precision_score
+
+    from train.metrics import Metrics
+
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(60, 3))
+    truths = rng.random((60, 3)) < 0.3
+    truths[:, 2] = False  # a label that no sample has
+    metrics = Metrics("multilabel", ["a", "b", "c"], torch.device("cpu"))
+    for rows in (slice(0, 25), slice(25, 60)):
+        metrics.update(torch.tensor(0.1), torch.tensor(scores[rows]),
+                       torch.tensor(truths[rows], dtype=torch.float32))
+    result = metrics.result()
+    for j, name in enumerate("ab"):
+        assert result["per_label"][name]["ap"] == pytest.approx(
+            average_precision_score(truths[:, j], scores[:, j]))
+        assert result["per_label"][name]["samples"] == truths[:, j].sum()
+    assert result["per_label"]["c"] == {"precision": 0.0, "recall": None, "f1": None,
+                                        "ap": None, "samples": 0}
+    assert result["map"] == pytest.approx((result["per_label"]["a"]["ap"]
+                                           + result["per_label"]["b"]["ap"]) / 2)
 
 
 def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):

@@ -28,7 +28,7 @@ def info(task="classify", counts=(50, 50, 50)) -> DataInfo:
 
 @pytest.mark.parametrize("task, counts, chosen", [
     ("classify", (50, 50, 50), "accuracy"), ("classify", (100, 90, 10), "macro-f1"),
-    ("regress", None, "mae"), ("multilabel", (5, 40, 40), "accuracy")])
+    ("regress", None, "mae"), ("multilabel", (5, 40, 40), "map")])
 def test_the_metric_comes_from_the_data(task, counts, chosen):
     config = TrainConfig(data="d")
     [choice] = choose(config, info(task, counts))
