@@ -175,7 +175,7 @@ def splits_entry(keys: list[str], labels: list, contents: list[bytes], classes,
     """The manifest's `splits` entry of the stored samples: by the source's split
     folders, or by `options.split` (None when the pack makes no split)."""
     if folders:
-        names = sorted({folder_split(key) for key in keys}, key=_folder_order)
+        names = sorted(folders, key=_folder_order)  # a split left empty by --dedupe too
         split = np.array([names.index(folder_split(key)) for key in keys], np.int64)
         settings = {"method": "folders", "ratios": None, "by": None, "stratified": False,
                     "seed": None}

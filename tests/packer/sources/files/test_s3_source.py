@@ -4,6 +4,7 @@ manifest as a pack of the same files in a local folder, and one clear message fo
 way the store or the objects can fail."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,21 @@ def test_a_copy_that_is_not_the_object_is_one_clear_error(s3, tmp_path, monkeypa
     assert f"s3://{s3}/t.csv: the copy downloaded (12 bytes) is not the object" in result.output
     assert not (tmp_path / "o").exists()
     assert not list((tmp_path / "cache-home" / "packer" / "sources").rglob("t.csv*"))
+
+
+def test_split_folders_in_a_prefix_split_as_a_local_folder(s3, tmp_path):
+    root = tmp_path / "split"
+    for split, count in (("train", 4), ("val", 2)):
+        for c, name in enumerate(("cat", "dog")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                (root / split / name / f"{i}.jpg").write_bytes(image_bytes(c * 50 + i
+                                                                           + 10 * count))
+    shutil.copy(root / "train" / "dog" / "1.jpg", root / "val" / "cat" / "copy.jpg")
+    upload_folder(root, s3, "split")
+    manifest = same_as_local(root, f"s3://{s3}/split", tmp_path, "--dedupe")
+    assert manifest["classes"] == ["cat", "dog"]
+    assert {name: s["count"] for name, s in manifest["splits"]["sets"].items()} == {
+        "train": 8, "val": 4}  # the copy in val/ repeats train's, and is stored once
+    assert manifest["skipped"] == [{"path": "val/cat/copy.jpg", "reason":
+                                    "an exact duplicate of train/dog/1.jpg (--dedupe)"}]
