@@ -21,6 +21,7 @@ import re
 from urllib.parse import unquote
 
 KEY = "__key__"
+SIDECAR_FIELDS = frozenset({"json", "txt", "cls"})  # notes on a file of the same stem
 LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
 INDEX_KEY = "%010d"  # the key of sample i where its source gives none
 INDEX_KEY_BYTES = INDEX_KEY.encode()
@@ -147,11 +148,14 @@ def sample_digest(sample: dict) -> bytes:
 
 
 def content_digest(sample: dict) -> bytes:
-    """sha256 of what a sample holds, not what it is called: each field's length and
-    bytes in name order, leaving out the key and the class id (the same bytes as a.jpg
-    and b.jpeg, or under two classes, are one content)."""
+    """sha256 of what a sample holds, not what it is called or said of it: each field's
+    length and bytes in name order, leaving out the key, the class id and the sidecar
+    notes (.json, .txt) of a sample that has other fields (the same photo as a.jpg and
+    b.jpeg, under two classes, or with a caption, is one content)."""
     digest = hashlib.sha256()
-    for name in sorted(k for k in sample if k not in (KEY, "cls")):
+    names = sorted(k for k in sample if k not in (KEY, "cls"))
+    held = [name for name in names if name.lower() not in SIDECAR_FIELDS]
+    for name in held or names:
         data = field_bytes(sample[name])
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)

@@ -50,12 +50,11 @@ def leak_text(leak: dict, most: int = 3) -> str:
     return " = ".join(keys[:most]) + more
 
 
-def splits_text(manifest: dict) -> list[str]:
-    """`splits (train=0.8, val=0.2; stratified by class, seed 0): train 80, val 20`, and
-    a line on identical content found in two splits."""
+def splits_summary(manifest: dict) -> str | None:
+    """`train 80, val 20 (train=0.8, val=0.2; stratified by class, seed 0)`, or None."""
     info = splits_info(manifest)
     if info is None:
-        return []
+        return None
     if info["method"] == "folders":
         how = "by the source's folders"
     else:
@@ -63,8 +62,17 @@ def splits_text(manifest: dict) -> list[str]:
         kept = (f"groups {info['by']} kept whole" if info["by"] else
                 "stratified by class" if info["stratified"] else "random")
         how = f"{shares}; {kept}, seed {info['seed']}"
-    lines = [f"splits ({how}): " + ", ".join(f"{name} {entry['count']:,}"
-                                            for name, entry in info["sets"].items())]
+    return ", ".join(f"{name} {entry['count']:,}" for name, entry in info["sets"].items()
+                     ) + f" ({how})"
+
+
+def splits_text(manifest: dict) -> list[str]:
+    """`splits: train 80, val 20 (...)`, and a line on identical content found in two
+    splits."""
+    info = splits_info(manifest)
+    if info is None:
+        return []
+    lines = [f"splits: {splits_summary(manifest)}"]
     if info["leak_count"]:
         shown = "; ".join(leak_text(leak) for leak in info["leaks"][:3])
         lines.append(f"leak: {plural(info['leak_count'], 'content lies', 'contents lie')} in "

@@ -14,7 +14,7 @@ import numpy as np
 
 from packer.errors import PackerError, UsageProblem
 from packer.manifest import layout_label
-from packer.sample import KEY, field_bytes
+from packer.sample import KEY, SIDECAR_FIELDS, field_bytes
 
 BLOCK_SAMPLES = 4096  # samples read from the source at a time
 
@@ -105,7 +105,6 @@ class Folder:
 
     def check(self, sample: dict) -> list[str]:
         from packer.sources.binary.source import file_fields
-        from packer.sources.files.scan import SIDECAR_FIELDS
 
         found = self.files.get(sample[KEY])
         if found is None:

@@ -9,7 +9,7 @@ import jinja2
 import numpy as np
 from markupsafe import Markup
 
-from packer.datasets.info import labels_text
+from packer.datasets.info import labels_text, leak_text, splits_summary
 from packer.manifest import class_counts
 from packer.packing.transform import reencoded_text
 from packer.sample import KEY
@@ -61,6 +61,8 @@ def overview(manifest: dict, facts: Facts) -> dict:
         "transform": reencoded_text(manifest) or "none: the samples are stored as read",
         "created": manifest.get("created", ""), "tool": manifest.get("tool", ""),
         "warnings": manifest.get("warnings") or [], "ignored": manifest.get("ignored") or [],
+        "splits": splits_summary(manifest),
+        "leaks": [leak_text(leak) for leak in (manifest.get("splits") or {}).get("leaks", [])],
     }
 
 
@@ -74,8 +76,11 @@ def _class_chart(manifest: dict) -> Markup | None:
     counts = class_counts(manifest)
     if not counts:
         return None
+    splits = (manifest.get("splits") or {}).get("sets")
+    by_split = {name: entry["class_counts"] for name, entry in (splits or {}).items()}
     chart = plots.class_chart(list(counts), list(counts.values()),
-                              f"samples per class (all {manifest['count']:,})")
+                              f"samples per class (all {manifest['count']:,})"
+                              + (", by split" if by_split else ""), by_split or None)
     return Markup(chart)
 
 

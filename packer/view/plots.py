@@ -15,19 +15,31 @@ rcParams["svg.hashsalt"] = "packer-view"  # the same page for the same data
 WIDTH = 7.5  # inches: the page's column at 100 dpi
 MAX_PANELS = 24  # columns or fields plotted one panel each; the rest are listed only
 WAVE_POINTS = 4000  # a waveform is drawn from at most this many points (min/max per bin)
+SPLIT_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
 
-def class_chart(names: list[str], counts: list[int], title: str) -> str:
-    """Per-class counts as horizontal bars, one per class, as an inline <svg> element."""
-    height = min(0.26 * len(names) + 1.0, 16)
+def class_chart(names: list[str], counts: list[int], title: str,
+                splits: dict[str, list[int]] | None = None) -> str:
+    """Per-class counts as horizontal bars, one per class, as an inline <svg> element;
+    with `splits` ({split: per-class counts}), each bar cut into its splits' shares."""
+    height = min(0.26 * len(names) + 1.0, 16) + (0.3 if splits else 0)
     figure = Figure(figsize=(WIDTH, height), layout="constrained")
     axes = figure.add_subplot()
     positions = np.arange(len(names))
-    for bar, position, count in zip(axes.barh(positions, counts, color="#4c72b0"), positions,
-                                    counts, strict=True):
-        bar.set_gid(f"class-bar-{position}")
+    segments = splits or {None: counts}
+    left = np.zeros(len(names))
+    for number, (split, split_counts) in enumerate(segments.items()):
+        bars = axes.barh(positions, split_counts, left=left, label=split,
+                         color=SPLIT_COLOURS[number % len(SPLIT_COLOURS)])
+        for bar, position in zip(bars, positions, strict=True):
+            bar.set_gid(f"class-bar-{position}" if number == 0 else
+                        f"split-bar-{position}-{number}")
+        left = left + np.asarray(split_counts)
+    for position, count in zip(positions, counts, strict=True):
         axes.annotate(f"{count:,}", (count, position), xytext=(3, 0),
                       textcoords="offset points", va="center", fontsize=8)
+    if splits:
+        axes.legend(loc="lower right", fontsize=8, title="split", title_fontsize=8)
     axes.set_yticks(positions, names if len(names) <= 60 else [""] * len(names), fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("samples")

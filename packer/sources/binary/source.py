@@ -28,13 +28,13 @@ import numpy as np
 
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
-from packer.sample import KEY, RECORDS, SAMPLES, field_bytes, index_keys
+from packer.sample import KEY, RECORDS, SAMPLES, SIDECAR_FIELDS, field_bytes, index_keys
 from packer.sources.base import Source
 from packer.sources.binary.dump import open_dump
 from packer.sources.binary.records import Windows, record_arrays, window_arrays
 from packer.sources.binary.spec import load_spec
 from packer.sources.files.read import read_file
-from packer.sources.files.scan import SIDECAR_FIELDS, scan_folder
+from packer.sources.files.scan import scan_folder
 
 
 class BinaryDump(Source):

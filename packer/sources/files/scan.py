@@ -29,11 +29,10 @@ from itertools import islice
 from pathlib import Path, PurePosixPath
 
 from packer.errors import PackerError
-from packer.sample import disambiguate, encode_key, split_name
+from packer.sample import SIDECAR_FIELDS, disambiguate, encode_key, split_name
 from packer.sources.base import Source
 from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
 
-SIDECAR_FIELDS = {"json", "txt", "cls"}
 SPLIT_FOLDERS = ("train", "val", "valid", "validation", "dev", "test")  # in the splits' order
 JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
 

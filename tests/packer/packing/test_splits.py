@@ -67,7 +67,8 @@ def test_pack_split_is_stratified_seeded_and_read_by_name(tmp_path):
     info = packer.dataset_info(tmp_path / "a")
     assert info["splits"]["sets"]["val"]["classes"]["c3"] == 1
     text = run("inspect", tmp_path / "a").output
-    assert "splits (train=0.8, val=0.1, test=0.1; stratified by class, seed 0): train 728" in text
+    assert ("splits: train 728, val 91, test 91 (train=0.8, val=0.1, test=0.1; stratified by "
+            "class, seed 0)") in text
     assert "c3: 10  (train 8, val 1, test 1)" in text
 
 
@@ -254,3 +255,14 @@ def test_a_manifest_whose_splits_overlap_is_refused(tmp_path):
     path.write_text(json.dumps(manifest))
     with pytest.raises(DatasetError, match="overlaps another or lies outside"):
         packer.open_dataset(out, split="val")
+
+
+def test_one_content_whatever_its_name_class_or_notes():
+    from packer.sample import content_digest
+
+    photo = {"__key__": "a/1", "jpg": b"\xff\xd8 pixels", "cls": 0}
+    assert content_digest(photo) == content_digest({"__key__": "b/2", "jpeg": b"\xff\xd8 pixels",
+                                                    "json": b'{"by": "x"}', "cls": 1})
+    assert content_digest(photo) != content_digest({**photo, "png": b"a mask"})
+    notes = {"__key__": "n", "json": b"{}"}  # a sample of notes only is its notes
+    assert content_digest(notes) != content_digest({"__key__": "m", "json": b"[]"})

@@ -53,6 +53,17 @@ def test_page_of_every_format_shows_samples_skipped_inputs_and_planted_problems(
     assert len(page.all("g", id="class-bar-0") + page.all("g", id="class-bar-2")) == 2
 
 
+def test_a_dataset_with_splits_shows_them_its_bars_cut_by_split_and_its_leaks(planted,
+                                                                             tmp_path):
+    dataset = tmp_path / "split"
+    run("pack", planted, "-o", dataset, "-q", "--split", "train=0.5,val=0.5", "--split-seed", 1)
+    page = view_page(dataset, tmp_path / "view.html")
+    overview = page.section("overview")
+    assert "splits train 19, val 19 (train=0.5, val=0.5; stratified by class, seed 1)" in overview
+    assert len(page.all("g", id="class-bar-1")) == len(page.all("g", id="split-bar-1-1")) == 1
+    assert "c0/000 (" in overview and "c1/dup (" in overview  # the planted copy, a leak
+
+
 def test_detail_shows_the_full_image_and_every_field(planted, tmp_path):
     page = view_page(packed(planted, "lmdb"), tmp_path / "view.html",
                      "--per-class", str(PER_CLASS + 1))
