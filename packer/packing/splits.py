@@ -128,7 +128,7 @@ def _by_groups(groups: list, shares: np.ndarray, rng) -> np.ndarray:
     return group_split[group_ids]
 
 
-def describe(names: list[str], split: np.ndarray, labels, classes, keys: list[str],
+def manifest_entry(names: list[str], split: np.ndarray, labels, classes, keys: list[str],
              contents: list[bytes], settings: dict) -> dict:
     """The manifest's `splits` entry for `split` (a number per stored sample)."""
     sets = {}
@@ -190,7 +190,7 @@ def splits_entry(keys: list[str], labels: list, contents: list[bytes], classes,
                     "stratified": stratified, "seed": options.split_seed}
     else:
         return None
-    return describe(names, split, labels, classes, keys, contents, settings)
+    return manifest_entry(names, split, labels, classes, keys, contents, settings)
 
 
 def _folder_order(name: str) -> tuple[int, str]:
