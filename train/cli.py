@@ -78,7 +78,11 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
     "val_split": (_FRACTION, "Fraction of DATA held out for validation when there is no --val "
-                             "(0: none)."),
+                             "(0: none), and DATA has no validation split made when packed."),
+    "val_split_name": (str, "The split of DATA made when packed (packer pack --split) to "
+                            "validate on, e.g. --val-split-name dev; the split named train "
+                            "trains, and no other is read. Default: val, valid, validation or "
+                            "dev, where DATA has one."),
     "task": (None, "classify, multilabel or regress; auto picks from the manifest."),
     "model": (str, "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto "
                    "picks. Or any timm model, e.g. timm:resnet18, or torchvision image "
@@ -180,9 +184,9 @@ LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
-FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
-       "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "monitor",
-       "resume")
+FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",
+       "warmup_epochs", "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience",
+       "monitor", "resume")
 
 
 def config_options(*names: str):
@@ -337,8 +341,11 @@ def lr_find(data, out, steps, **options):
               help="Samples a forward pass, e.g. --batch-size 256.")
 @click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
               help="DataLoader worker processes that read and decode, e.g. --workers 4.")
+@click.option("--split", metavar="NAME",
+              help="Only DATA's split of this name, made when it was packed (packer pack "
+                   "--split, or its test/ folder), e.g. --split test.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-def evaluate_command(run, data, out, batch_size, workers, as_json):
+def evaluate_command(run, data, out, batch_size, workers, split, as_json):
     """Score a trained RUN (its best.pt) on DATA: a packed dataset or a folder of class
     sub-folders. Prints accuracy, per-class precision, recall and F1 and the confusion
     matrix (regression: MAE and RMSE) and writes them as JSON, CSV and a PNG.
@@ -346,6 +353,7 @@ def evaluate_command(run, data, out, batch_size, workers, as_json):
     \b
     Example:
       train evaluate runs/exp1 ./test-wds
+      train evaluate runs/exp1 ./images-wds --split test
       train evaluate runs/exp1 ./photos/test --out runs/exp1/eval-photos
     """
     from train.evaluate import evaluate, summary
@@ -353,7 +361,7 @@ def evaluate_command(run, data, out, batch_size, workers, as_json):
 
     trained = load(run)
     folder = Path(out) if out else trained.path.parent / "evaluate"
-    result = evaluate(trained, data, folder, batch_size, workers)
+    result = evaluate(trained, data, folder, batch_size, workers, split)
     if as_json:
         click.echo(json.dumps(strict_json(result)))
         return

@@ -24,6 +24,7 @@ class TrainConfig:
     out: str = "runs/exp"
     val: str | None = None  # a second packed dataset, or:
     val_split: float = 0.1  # the fraction of `data` held out (0: no validation)
+    val_split_name: str | None = None  # a pack-time split of `data` to validate on
     task: str = "auto"
     model: str = "auto"
     width: int | None = None  # channels of the CNNs, hidden units of the MLP

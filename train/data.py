@@ -17,8 +17,10 @@ from packer import (
     scan_folder,
 )
 from packer.errors import PackerError
+from train import sides
 from train.config import TrainConfig
 from train.mixing import merged, source
+from train.sides import Sides
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
@@ -67,6 +69,7 @@ class DataInfo:
     val_transform: AsTraining | None = None  # --val samples in the training data's terms
     target_stats: dict | None = None  # regression: the targets' mean and std (training set)
     model_input: dict | None = None  # a pretrained model's own mean, std and interpolation
+    sides: Sides | None = None  # which samples of DATA train and validate (train.sides)
 
     @property
     def num_outputs(self) -> int:
@@ -84,14 +87,16 @@ class DataInfo:
                                          or self.inputs[0] == RAW_IMAGE_FIELD)
 
 
-def describe(config: TrainConfig) -> DataInfo:
-    """Read the manifest; fail before training when the data cannot serve the task."""
+def describe(config: TrainConfig, training: bool = True) -> DataInfo:
+    """Read the manifest; fail before training when the data cannot serve the task.
+    `training`: also decide which samples train and validate (train.sides)."""
     if not (Path(config.data) / MANIFEST_NAME).is_file() and Path(config.data).is_dir() \
             and not config.mix:  # a mix's datasets are packed, or named as not
         return _describe_loose(config)
     info = merged([_describe_packed(path, replace(config, num_classes=None))
                    for path in config.mix], config) if config.mix else _describe_packed(
         config.data, config)
+    info.sides = _choose_sides(info, config) if training else Sides(None, None, 0.0)
     if config.val is not None:
         val = _describe_packed(config.val, replace(config, task=info.task, num_classes=None))
         info.val_transform = _as_training(info, val, config.val)
@@ -254,6 +259,21 @@ def _val_labels(info: DataInfo, classes: list[str] | None, path: str) -> tuple |
     return tuple(info.classes.index(c) for c in classes)
 
 
+def _choose_sides(info: DataInfo, config: TrainConfig) -> Sides:
+    """Which samples train and which validate (train.sides); the class counts become
+    those of the samples that train."""
+    if config.mix:
+        if config.val_split_name:
+            raise PackerError(f"--val-split-name {config.val_split_name}: a mix of datasets "
+                              "is read whole; validate with --val-split or --val")
+        return Sides(None, None, _split(config))
+    manifest = packer.load_manifest(config.data, config.cache_dir, config.cache_limit)
+    chosen = sides.choose(manifest, config)
+    if info.task == "classify":
+        info.class_counts = sides.train_class_counts(manifest, chosen)
+    return chosen
+
+
 def _feature_stats(manifest: dict) -> dict | None:
     """Per-feature mean and std in feature order, from a packed table's manifest."""
     table = manifest.get("table") or {}
@@ -266,10 +286,9 @@ def _feature_stats(manifest: dict) -> dict | None:
 def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
     """Per-channel mean and std of the array inputs over the first training samples
     (the same on every rank)."""
-    split = _split(config)
     data = packer.open_dataset(**source(config), decode="raw", rank=0, world_size=1,
-                               holdout=(split, "train") if split else None,
-                               transform=info.keep(), **part_cache(config))
+                               transform=info.keep(), **info.sides.options("train"),
+                               **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = _arrays(batch, info, torch.device("cpu")).double()
     values = values.transpose(0, 1).reshape(values.shape[1], -1)  # (channels, the rest)
@@ -283,10 +302,9 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
 def _target_stats(info: DataInfo, config: TrainConfig) -> dict:
     """Mean and std of the regression targets of the first training samples (the same
     on every rank); a target of one value gets numbers, several get lists."""
-    split = _split(config)
     data = packer.open_dataset(**source(config), decode="raw", rank=0, world_size=1,
-                               holdout=(split, "train") if split else None,
-                               transform=Keep((info.label,)), **part_cache(config))
+                               transform=Keep((info.label,)), **info.sides.options("train"),
+                               **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
     values = torch.as_tensor(batch[info.label]).double().reshape(len(batch[info.label]), -1)
     finite = torch.isfinite(values)  # NaN targets are refused later, with their keys
@@ -348,16 +366,20 @@ def datasets(info: DataInfo, config: TrainConfig):
     options = {"decode": "rgb8" if info.decoded_images else "raw",
                "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed, **part_cache(config)}
-    split = _split(config)
+    if info.sides is None:  # a trained run's description: its config says them again
+        info.sides = _choose_sides(info, config)
     train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
-                                holdout=(split, "train") if split else None, **options)
+                                **info.sides.options("train"), **options)
     if config.val is not None:
         return train, packer.open_dataset(config.val, transform=info.keep(info.val_transform),
                                           **options)
-    if not split:
+    if not (info.sides.val_split or info.sides.fraction):
         return train, None
-    val = packer.open_dataset(**source(config, every_sample=True), holdout=(split, "val"),
-                              transform=info.keep(), **options)
+    val = packer.open_dataset(**source(config, every_sample=True), transform=info.keep(),
+                              **info.sides.options("val"), **options)
+    if info.sides.val_split and not val.total:
+        raise PackerError(f"{config.data}: its split {info.sides.val_split} holds no sample "
+                          "to validate on; name another with --val-split-name, or pack again")
     _check_held(val.total, config, train.source.count)
     return train, val
 

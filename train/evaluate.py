@@ -22,10 +22,11 @@ NO_LABELS = -1
 
 
 def evaluate(trained: Trained, data: str, out: Path, batch_size: int = 64,
-             workers: int = 0) -> dict:
-    """The metrics of `trained` on `data`; writes OUT/evaluation.json, and for
-    classification OUT/per_class.csv, OUT/confusion.csv and OUT/confusion.png."""
-    dataset, info = _dataset(trained, data)
+             workers: int = 0, split: str | None = None) -> dict:
+    """The metrics of `trained` on `data` (only its pack-time `split`, if given); writes
+    OUT/evaluation.json, and for classification OUT/per_class.csv, OUT/confusion.csv and
+    OUT/confusion.png."""
+    dataset, info = _dataset(trained, data, split)
     loader = packer.DataLoader(dataset, batch_size=batch_size, num_workers=workers)
     config = replace(trained.config, class_weights=None, label_smoothing=0.0)
     loss_fn = loss_function(info.task, None, config)
@@ -38,12 +39,12 @@ def evaluate(trained: Trained, data: str, out: Path, batch_size: int = 64,
             outputs = outputs.squeeze(1) if info.task == "regress" else outputs
             metrics.update(loss_fn(outputs, targets),
                            outputs.unsqueeze(1) if outputs.ndim == 1 else outputs, targets)
-    result = {"run": str(trained.path), "data": data, **metrics.result()}
+    result = {"run": str(trained.path), "data": data, "split": split, **metrics.result()}
     _write(result, info.classes, out)
     return result
 
 
-def _dataset(trained: Trained, data: str):
+def _dataset(trained: Trained, data: str, split: str | None):
     """DATA's samples in the run's terms (its image size, field names and class ids,
     matched by class name), and the description its batches are read with."""
     info = trained.info
@@ -51,15 +52,19 @@ def _dataset(trained: Trained, data: str):
     size = trained.image_size
     theirs = describe(replace(trained.config, data=data, val=None, val_split=0.0,
                               inputs=arrays, num_classes=None,
-                              image_size=size[0] if size and size[0] == size[1] else size))
+                              image_size=size[0] if size and size[0] == size[1] else size),
+                      training=False)
     labels = _labels(info.classes, theirs.classes, data) if info.task == "classify" else None
     if theirs.files is not None:
+        if split:
+            raise PackerError(f"--split {split}: {data} is a folder of files, which has no "
+                              "splits; pack it with packer pack --split")
         files = [(path, labels[label] if labels else label) for path, label in theirs.files]
         return ImageFiles(files, size), files_info(info)
     keys = tuple((a, b) for a, b in zip(theirs.inputs, info.inputs, strict=True) if a != b)
     mapping = AsTraining(labels, keys) if labels or keys else None
     return packer.open_dataset(data, decode="rgb8" if info.decoded_images else "raw",
-                               image_size=size, transform=info.keep(mapping),
+                               image_size=size, transform=info.keep(mapping), split=split,
                                **part_cache(trained.config)), info
 
 

@@ -86,6 +86,10 @@ def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
     choices += recipe.choose(config, info, total, world)
     choices += finetune.choose(config, info, total)
     choices += monitor.choose(config, info)
+    if info.sides and info.sides.train_split and not config.val_split_name:
+        config.val_split_name = info.sides.val_split  # a resume reads the same split
+        choices.append(recipe.Choice("val_split_name", info.sides.val_split or "none",
+                                     info.sides.text(config.data)))
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
