@@ -96,7 +96,7 @@ def describe(config: TrainConfig, training: bool = True) -> DataInfo:
     info = merged([_describe_packed(path, replace(config, num_classes=None))
                    for path in config.mix], config) if config.mix else _describe_packed(
         config.data, config)
-    info.sides = _choose_sides(info, config) if training else Sides(None, None, 0.0)
+    info.sides = sides.of_run(info, config) if training else Sides(None, None, 0.0)
     if config.val is not None:
         val = _describe_packed(config.val, replace(config, task=info.task, num_classes=None))
         info.val_transform = _as_training(info, val, config.val)
@@ -259,21 +259,6 @@ def _val_labels(info: DataInfo, classes: list[str] | None, path: str) -> tuple |
     return tuple(info.classes.index(c) for c in classes)
 
 
-def _choose_sides(info: DataInfo, config: TrainConfig) -> Sides:
-    """Which samples train and which validate (train.sides); the class counts become
-    those of the samples that train."""
-    if config.mix:
-        if config.val_split_name:
-            raise PackerError(f"--val-split-name {config.val_split_name}: a mix of datasets "
-                              "is read whole; validate with --val-split or --val")
-        return Sides(None, None, _split(config))
-    manifest = packer.load_manifest(config.data, config.cache_dir, config.cache_limit)
-    chosen = sides.choose(manifest, config)
-    if info.task == "classify":
-        info.class_counts = sides.train_class_counts(manifest, chosen)
-    return chosen
-
-
 def _feature_stats(manifest: dict) -> dict | None:
     """Per-feature mean and std in feature order, from a packed table's manifest."""
     table = manifest.get("table") or {}
@@ -367,7 +352,7 @@ def datasets(info: DataInfo, config: TrainConfig):
                "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed, **part_cache(config)}
     if info.sides is None:  # a trained run's description: its config says them again
-        info.sides = _choose_sides(info, config)
+        info.sides = sides.of_run(info, config)
     train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
                                 **info.sides.options("train"), **options)
     if config.val is not None:

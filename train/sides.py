@@ -11,6 +11,7 @@ of DATA) trains.
 
 from dataclasses import dataclass
 
+import packer
 from packer.errors import PackerError
 from train.config import TrainConfig
 
@@ -40,6 +41,21 @@ class Sides:
                 f"{val}; no other split is read")
 
 
+def of_run(info, config: TrainConfig) -> Sides:
+    """The sides of this run's DATA (train.data.DataInfo `info`, whose class counts become
+    those of the samples that train)."""
+    if config.mix:
+        if config.val_split_name:
+            raise PackerError(f"--val-split-name {config.val_split_name}: a mix of datasets "
+                              "is read whole; validate with --val-split or --val")
+        return Sides(None, None, config.val_split if config.val is None else 0.0)
+    manifest = packer.load_manifest(config.data, config.cache_dir, config.cache_limit)
+    chosen = choose(manifest, config)
+    if info.task == "classify" and chosen.train_split:
+        info.class_counts = manifest["splits"]["sets"][chosen.train_split]["class_counts"]
+    return chosen
+
+
 def choose(manifest: dict, config: TrainConfig) -> Sides:
     """The sides of DATA (its manifest) for this run's options."""
     splits = list((manifest.get("splits") or {}).get("sets") or {})
@@ -61,9 +77,3 @@ def choose(manifest: dict, config: TrainConfig) -> Sides:
                           f"{', '.join(splits)}; name one other than {TRAIN_NAME}")
     return Sides(TRAIN_NAME, name, 0.0 if name else config.val_split)
 
-
-def train_class_counts(manifest: dict, sides: Sides) -> list[int] | None:
-    """The class counts of the samples the run trains on, where the manifest says them."""
-    if sides.train_split:
-        return manifest["splits"]["sets"][sides.train_split]["class_counts"]
-    return manifest.get("class_counts")
