@@ -58,17 +58,21 @@ def write_table(name: str, path: Path) -> Path:
 
 
 def linear_baseline(features: np.ndarray, targets: np.ndarray, task: str,
-                    train: np.ndarray, val: np.ndarray) -> float:
+                    train: np.ndarray, val: np.ndarray, balanced: bool = False) -> float:
     """Standardised features, then a logistic regression (validation accuracy) or a
-    ridge regression (validation MAE), fitted on the `train` rows only."""
+    ridge regression (validation MAE), fitted on the `train` rows only; `balanced`: the
+    logistic regression weights classes by inverse frequency, and its macro-F1 is given."""
     from sklearn.linear_model import LogisticRegression, RidgeCV
+    from sklearn.metrics import f1_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    model = (LogisticRegression(max_iter=5000) if task == "classify"
-             else RidgeCV(alphas=np.logspace(-3, 3, 13)))
+    model = (LogisticRegression(max_iter=5000, class_weight="balanced" if balanced else None)
+             if task == "classify" else RidgeCV(alphas=np.logspace(-3, 3, 13)))
     fitted = make_pipeline(StandardScaler(), model).fit(features[train], targets[train])
     predicted = fitted.predict(features[val])
+    if balanced:
+        return float(f1_score(targets[val], predicted, average="macro"))
     if task == "classify":
         return float((predicted == targets[val]).mean())
     return float(np.abs(predicted - targets[val]).mean())
