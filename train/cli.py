@@ -78,7 +78,8 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
     "val_split": (_FRACTION, "Fraction of DATA held out for validation when there is no --val "
-                             "(0: none)."),
+                             "(0: none), e.g. --val-split 0.2; for classification that share "
+                             "of each class (stratified by --seed)."),
     "task": (None, "classify, multilabel or regress; auto picks from the manifest."),
     "model": (str, "resnet (images), mlp (feature vectors), cnn1d (sensor windows); auto "
                    "picks. Or any timm model, e.g. timm:resnet18, or torchvision image "

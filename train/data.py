@@ -19,6 +19,7 @@ from packer import (
 from packer.errors import PackerError
 from train.config import TrainConfig
 from train.mixing import merged, source
+from train.split import held_out, packed_labels, sides
 
 IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
@@ -316,12 +317,13 @@ def _loose_datasets(info: DataInfo, config: TrainConfig):
         raise PackerError(f"--val {config.val}: a loose image folder ({config.data}) is "
                           "validated on a held-out --val-split; to validate on another "
                           "dataset, pack DATA first")
-    order = torch.randperm(len(info.files), generator=torch.Generator().manual_seed(0))
-    held = int(len(order) * _split(config))
-    _check_held(held, config, len(order))
-    pick = [info.files[i] for i in order.tolist()]
-    train = LooseImages(pick[held:], config.image_size)
-    return train, (LooseImages(pick[:held], config.image_size) if held else None)
+    held = held_out([label for _, label in info.files], config.val_split, config.seed) \
+        if config.val_split else [False] * len(info.files)
+    _check_held(int(sum(held)), config, len(info.files))
+    train = [file for file, out in zip(info.files, held, strict=True) if not out]
+    val = [file for file, out in zip(info.files, held, strict=True) if out]
+    return (LooseImages(train, config.image_size),
+            LooseImages(val, config.image_size) if val else None)
 
 
 def part_cache(config: TrainConfig) -> dict:
@@ -349,6 +351,10 @@ def datasets(info: DataInfo, config: TrainConfig):
                "image_size": config.image_size if info.decoded_images else None,
                "seed": config.seed, **part_cache(config)}
     split = _split(config)
+    if split and info.task == "classify" and not config.mix:
+        stratified = _stratified(info, config, options)
+        if stratified is not None:
+            return stratified
     train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
                                 holdout=(split, "train") if split else None, **options)
     if config.val is not None:
@@ -360,6 +366,22 @@ def datasets(info: DataInfo, config: TrainConfig):
                               transform=info.keep(), **options)
     _check_held(val.total, config, train.source.count)
     return train, val
+
+
+def _stratified(info: DataInfo, config: TrainConfig, options: dict):
+    """(train, validation) of a stratified --val-split (train.split); None where the
+    data cannot be read out of order."""
+    read = packed_labels(config.data, part_cache(config))
+    if read is None:
+        return None
+    labels, parts = read
+    held = held_out(labels, config.val_split, config.seed)
+    _check_held(int(held.sum()), config, len(labels))
+    train_side, val_side = sides(held, parts.part_counts, config.seed)
+    options = {k: v for k, v in options.items() if k not in ("cache_dir", "cache_limit")}
+    return (packer.PackedDataset(parts, order=train_side, shuffle=True, transform=info.keep(),
+                                 **options),
+            packer.PackedDataset(parts, order=val_side, transform=info.keep(), **options))
 
 
 def to_inputs(batch: dict, info: DataInfo, device: torch.device,

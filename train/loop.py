@@ -296,7 +296,9 @@ def fit(config: TrainConfig) -> dict:
     config, data = prepare(config)
     run = build(config, data.steps, data.info)
     if run.main:
-        print("\n".join([recipe.report(data.choices), *run.notes]), flush=True)
+        imbalanced = recipe.imbalance_warning(data.info, config)
+        print("\n".join([recipe.report(data.choices), *run.notes,
+                         *([f"WARNING: {imbalanced}"] if imbalanced else [])]), flush=True)
         run.out.mkdir(parents=True, exist_ok=True)
     start, best, best_epoch, stale = 0, None, -1, 0
     if config.resume:

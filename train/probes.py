@@ -26,8 +26,6 @@ from train.metrics import strict_json
 from train.run import build
 from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
 
-IMBALANCE = 5.0  # largest / smallest class count that earns a warning
-
 
 def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = None):
     """The config with its auto fields chosen (the lr 1e-3 unless given), the data's
@@ -79,12 +77,9 @@ def check(config: TrainConfig) -> dict:
               "label_dtype": str(targets.dtype), "warnings": [],
               "error": non_finite(info, config)}
     if info.classes and info.class_counts:
-        counts = dict(zip(info.classes, info.class_counts, strict=True))
-        report["class_counts"] = counts
-        low, high = min(counts.values()), max(counts.values())
-        if low == 0 or high / low > IMBALANCE:
-            report["warnings"].append(f"classes are imbalanced ({high:,} against {low:,} "
-                                      "samples): consider --class-weights auto")
+        report["class_counts"] = dict(zip(info.classes, info.class_counts, strict=True))
+    imbalanced = recipe.imbalance_warning(info, config)
+    report["warnings"] += [imbalanced] if imbalanced else []
     _, loss = forward_loss(run, inputs, targets)
     loss.backward()
     grads = [p.grad for p in run.model.parameters() if p.grad is not None]
