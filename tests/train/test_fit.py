@@ -266,10 +266,12 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
     (images / "c1" / "notes").write_text("a stray file: no image, so a bad sample")
     packer_run("pack", images, "-o", tmp_path / "wds", "-q")
     out = tmp_path / "run"
-    with pytest.warns(UserWarning, match="'c1/notes' .* no jpg field to decode"):
-        train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
-              *COMMON)
+    said = train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
+                 *COMMON)
     assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1
+    assert "1 damaged sample replaced this epoch" in said
+    [damaged] = json.loads((out / "metrics.jsonl").read_text())["damaged_samples"]
+    assert damaged["key"] == "c1/notes" and "no jpg field to decode" in damaged["reasons"][0]
 
 
 @pytest.mark.parametrize("damage", ["cut", "zeros", "foreign"])
