@@ -170,6 +170,11 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "macro-f1; auto: macro-F1 when the classes are imbalanced (the largest "
                       "3x the smallest), else accuracy; MAE for regression."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
+    "deterministic": (None, "The same weights for the same --seed whatever --workers and "
+                            "--cache: decode in --workers threads of the training process "
+                            "(one data order), serve cached epochs in that order, and use "
+                            "torch's deterministic algorithms (cuDNN too), e.g. train fit "
+                            "./images-wds --deterministic. Slower."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
             "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,
@@ -182,7 +187,7 @@ OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weig
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "epochs", "weight_decay", "dropout", "schedule", "warmup_epochs",
        "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience", "monitor",
-       "resume")
+       "deterministic", "resume")
 
 
 def config_options(*names: str):

@@ -343,13 +343,19 @@ def _check_held(held: int, config: TrainConfig, total: int) -> None:
                           "OTHER, or --val-split 0 to train without validation")
 
 
-def datasets(info: DataInfo, config: TrainConfig):
-    """Train and validation datasets (validation None when there is none)."""
+def datasets(info: DataInfo, config: TrainConfig, keys_only: bool = False):
+    """Train and validation datasets (validation None when there is none); with
+    `keys_only`, samples of their key alone, undecoded, in the training set's order.
+    --deterministic decodes in threads of the reading process: the order of one."""
     if info.files is not None:
         return _loose_datasets(info, config)
     options = {"decode": "rgb8" if info.decoded_images else "raw",
                "image_size": config.image_size if info.decoded_images else None,
-               "seed": config.seed, **part_cache(config)}
+               "seed": config.seed, "threads": config.workers if config.deterministic else 0,
+               **part_cache(config)}
+    if keys_only:
+        info = replace(info, inputs=[], label=None)
+        options.update(decode="raw", image_size=None, threads=0)
     split = _split(config)
     if split and info.task == "classify" and not config.mix:
         stratified = _stratified(info, config, options)

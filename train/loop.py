@@ -18,7 +18,7 @@ from train.config import TrainConfig
 from train.data import to_inputs, to_targets
 from train.metrics import Metrics, strict_json
 from train.prepare import RESUME_INSTEAD, prepare
-from train.run import Run, build
+from train.run import Run, build, deterministic
 from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
 
 
@@ -167,7 +167,7 @@ def _log(run: Run, writer, record: dict) -> None:
 
 def fit(config: TrainConfig) -> dict:
     """Train; returns the summary written to OUT/summary.json."""
-    with damage.DamageLog() as damaged:
+    with damage.DamageLog() as damaged, deterministic(config.deterministic):
         return _fit(config, damaged)
 
 

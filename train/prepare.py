@@ -38,14 +38,19 @@ class Data:
     choices: list
     steps: int  # optimizer steps an epoch
     seed: int
+    keys: object = None  # with a cache of packed data: a loader of the epoch's keys
 
     def epoch(self, number: int, generator: torch.Generator):
-        """The batches of epoch `number` (from the cache once it is full)."""
-        if self.cache is not None and self.cache.full:
+        """The batches of epoch `number`; from the cache once it is full, in the order
+        the loader reads them (a loose folder's: in an order drawn from `generator`)."""
+        if self.cache is not None and self.cache.full and self.keys is None:
             return self.cache.batches(generator)
         self.order.manual_seed(seed_number(self.seed, number))
-        if hasattr(self.train_set, "set_epoch"):
-            self.train_set.set_epoch(number)
+        for data in (self.train_set, self.keys and self.keys.dataset):
+            if hasattr(data, "set_epoch"):
+                data.set_epoch(number)
+        if self.cache is not None and self.cache.full:
+            return self.cache.batches_in(self.keys)
         return self.cache.fill(self.loader) if self.cache is not None else self.loader
 
     def val(self):
@@ -76,18 +81,23 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
     choices += monitor.choose(config, info)
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
+    workers = 0 if config.deterministic else config.workers  # else: threads (datasets)
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
-                               num_workers=config.workers, pin_memory=use_cuda(config.device),
+                               num_workers=workers, pin_memory=use_cuda(config.device),
                                shuffle=info.files is not None, generator=order,
                                worker_init_fn=worker_init)
     val_loader = val_set and packer.DataLoader(val_set, batch_size=config.batch_size,
-                                               num_workers=config.workers,
+                                               num_workers=workers,
                                                worker_init_fn=worker_init)
     cache = RamCache(config.batch_size) if config.cache == "ram" else None
     val_cache = RamCache(config.batch_size) if cache and val_loader else None
-    steps = math.ceil(len(train_set) / config.batch_size) if cache else len(loader)
+    keys = packer.DataLoader(datasets(info, config, keys_only=True)[0], num_workers=workers,
+                             batch_size=config.batch_size,
+                             generator=torch.Generator()) if (  # (no draw of torch's seed)
+        cache is not None and info.files is None and world == 1) else None
+    steps = math.ceil(len(train_set) / config.batch_size) if cache and not keys else len(loader)
     data = Data(info, train_set, loader, val_loader, cache, val_cache, order, choices,
-                max(steps, 1), config.seed)
+                max(steps, 1), config.seed, keys)
     if config.lr is None:
         config.lr, why = _range_test(config, data)
         config.scale_lr = False
