@@ -1,11 +1,16 @@
 """The decoded training set kept in memory (`--cache`): decoded once, then batches come
-from RAM without the loader's workers.
+from RAM.
 
 The first epoch reads through the loader as without a cache and keeps each batch
-(images as uint8, arrays in their own types); later epochs shuffle those samples
-with a permutation drawn from (seed, epoch). Each rank keeps the share it read in
-the first epoch, so every epoch still covers the training set once across ranks,
-with the same batch count on every rank. A resumed run refills the cache by
+(images as uint8, arrays in their own types) and each sample's key. A later epoch of
+one process serves the kept samples in the order the loader would read them: a
+second loader of the same order reads only the samples' keys (undecoded, with the
+same workers), so that `--cache ram` and `--cache off` train on the same batches and
+reach the same weights (a damaged sample the loader replaced is left out of its
+batch). Under torchrun each rank keeps the share it read in the first epoch, and
+later epochs shuffle those samples with a permutation drawn from (seed, epoch), so
+every epoch still covers the training set once across ranks, with the same batch
+count on every rank; so do a loose folder's. A resumed run refills the cache by
 reading the first epoch's order again before it continues, so it reaches the same
 weights as a run that never stopped.
 """
@@ -47,6 +52,7 @@ class RamCache:
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
         self.tensors: dict[str, torch.Tensor] | None = None
+        self.index: dict[str, int] = {}  # a kept sample's key -> its row
 
     @property
     def full(self) -> bool:
@@ -59,12 +65,15 @@ class RamCache:
     def fill(self, loader):
         """Yield the loader's batches while keeping them; full once the loader ends."""
         kept: dict[str, list] = {}
+        keys = []
         for batch in loader:
             for name, value in batch.items():
                 if name != KEY:
                     kept.setdefault(name, []).append(torch.as_tensor(value))
+            keys += batch.get(KEY) or []
             yield batch
         self.tensors = {name: torch.cat(parts) for name, parts in kept.items()}
+        self.index = {key: row for row, key in enumerate(keys)}
 
     def batches(self, generator: torch.Generator | None = None):
         """Every kept sample once, in batches, in an order drawn from `generator` (None:
@@ -75,3 +84,13 @@ class RamCache:
         for begin in range(0, count, self.batch_size):
             index = order[begin:begin + self.batch_size]
             yield {name: values[index] for name, values in self.tensors.items()}
+
+    def batches_in(self, key_batches):
+        """The kept samples in the batches of keys `key_batches` gives: the order the
+        loader reads them in (--deterministic). A key not kept (a damaged sample, which
+        the loader replaced by another) is left out of its batch."""
+        for batch in key_batches:
+            rows = torch.tensor([self.index[k] for k in batch[KEY] if k in self.index],
+                                dtype=torch.long)
+            if len(rows):
+                yield {name: values[rows] for name, values in self.tensors.items()}

@@ -78,7 +78,9 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
     "val_split": (_FRACTION, "Fraction of DATA held out for validation when there is no --val "
-                             "(0: none), and DATA has no validation split made when packed."),
+                             "(0: none), e.g. --val-split 0.2; for classification that share "
+                             "of each class (stratified by --seed). Not used where DATA has a "
+                             "validation split made when packed."),
     "val_split_name": (str, "The split of DATA made when packed (packer pack --split) to "
                             "validate on, e.g. --val-split-name dev; the split named train "
                             "trains, and no other is read. Default: val, valid, validation or "
@@ -174,6 +176,11 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "(the largest 3x the smallest), else accuracy; MAE for regression; mAP "
                       "for multi-label."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
+    "deterministic": (None, "The same weights for the same --seed whatever --workers and "
+                            "--cache: decode in --workers threads of the training process "
+                            "(one data order), serve cached epochs in that order, and use "
+                            "torch's deterministic algorithms (cuDNN too), e.g. train fit "
+                            "./images-wds --deterministic. Slower."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
             "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,
@@ -186,7 +193,7 @@ OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weig
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",
        "warmup_epochs", "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience",
-       "monitor", "resume")
+       "monitor", "deterministic", "resume")
 
 
 def config_options(*names: str):

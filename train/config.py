@@ -62,6 +62,7 @@ class TrainConfig:
     monitor: str = "auto"  # the metric of the best epoch and early stopping (train.monitor)
     augment: str = "light"
     seed: int = 0
+    deterministic: bool = False  # the same weights whatever --workers and --cache
     weights: str | None = None
     pretrained: bool = False  # a timm or torchvision model's own pretrained weights
     freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)

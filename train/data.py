@@ -17,12 +17,11 @@ from packer import (
     scan_folder,
 )
 from packer.errors import PackerError
-from train import sides
 from train.config import TrainConfig
+from train.inputs import as_arrays
 from train.mixing import merged, source
-from train.sides import Sides
+from train.sides import Sides, held_out, of_run, packed_labels, stratified_sides
 
-IMAGE_MEAN, IMAGE_STD = 0.5, 0.25  # uint8 / 255 mapped to about [-2, 2]
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
 
 
@@ -96,7 +95,7 @@ def describe(config: TrainConfig, training: bool = True) -> DataInfo:
     info = merged([_describe_packed(path, replace(config, num_classes=None))
                    for path in config.mix], config) if config.mix else _describe_packed(
         config.data, config)
-    info.sides = sides.of_run(info, config) if training else Sides(None, None, 0.0)
+    info.sides = of_run(info, config) if training else Sides(None, None, 0.0)
     if config.val is not None:
         val = _describe_packed(config.val, replace(config, task=info.task, num_classes=None))
         info.val_transform = _as_training(info, val, config.val)
@@ -275,7 +274,7 @@ def _sample_stats(info: DataInfo, config: TrainConfig) -> dict:
                                transform=info.keep(), **info.sides.options("train"),
                                **part_cache(config))
     batch = next(iter(packer.DataLoader(data, batch_size=STATS_SAMPLES)))
-    values = _arrays(batch, info, torch.device("cpu")).double()
+    values = as_arrays(batch, info, torch.device("cpu")).double()
     values = values.transpose(0, 1).reshape(values.shape[1], -1)  # (channels, the rest)
     finite = torch.isfinite(values)  # a NaN or inf value must not poison its channel
     count = finite.sum(dim=1).clamp_min(1)
@@ -319,22 +318,18 @@ def _loose_datasets(info: DataInfo, config: TrainConfig):
         raise PackerError(f"--val {config.val}: a loose image folder ({config.data}) is "
                           "validated on a held-out --val-split; to validate on another "
                           "dataset, pack DATA first")
-    order = torch.randperm(len(info.files), generator=torch.Generator().manual_seed(0))
-    held = int(len(order) * _split(config))
-    _check_held(held, config, len(order))
-    pick = [info.files[i] for i in order.tolist()]
-    train = LooseImages(pick[held:], config.image_size)
-    return train, (LooseImages(pick[:held], config.image_size) if held else None)
+    held = held_out([label for _, label in info.files], config.val_split, config.seed) \
+        if config.val_split else [False] * len(info.files)
+    _check_held(int(sum(held)), config, len(info.files))
+    train = [file for file, out in zip(info.files, held, strict=True) if not out]
+    val = [file for file, out in zip(info.files, held, strict=True) if out]
+    return (LooseImages(train, config.image_size),
+            LooseImages(val, config.image_size) if val else None)
 
 
 def part_cache(config: TrainConfig) -> dict:
     """open_dataset's options of the part cache that s3:// datasets are read through."""
     return {"cache_dir": config.cache_dir, "cache_limit": config.cache_limit}
-
-
-def _split(config: TrainConfig) -> float:
-    """The fraction of DATA held out for validation (0: none)."""
-    return config.val_split if config.val is None else 0.0
 
 
 def _check_held(held: int, config: TrainConfig, total: int) -> None:
@@ -344,15 +339,26 @@ def _check_held(held: int, config: TrainConfig, total: int) -> None:
                           "OTHER, or --val-split 0 to train without validation")
 
 
-def datasets(info: DataInfo, config: TrainConfig):
-    """Train and validation datasets (validation None when there is none)."""
+def datasets(info: DataInfo, config: TrainConfig, keys_only: bool = False):
+    """Train and validation datasets (validation None when there is none); with
+    `keys_only`, samples of their key alone, undecoded, in the training set's order.
+    --deterministic decodes in threads of the reading process: the order of one."""
     if info.files is not None:
         return _loose_datasets(info, config)
     options = {"decode": "rgb8" if info.decoded_images else "raw",
                "image_size": config.image_size if info.decoded_images else None,
-               "seed": config.seed, **part_cache(config)}
+               "seed": config.seed, "threads": config.workers if config.deterministic else 0,
+               **part_cache(config)}
     if info.sides is None:  # a trained run's description: its config says them again
-        info.sides = sides.of_run(info, config)
+        info.sides = of_run(info, config)
+    if keys_only:
+        info = replace(info, inputs=[], label=None)
+        options.update(decode="raw", image_size=None, threads=0)
+    if info.sides.fraction and not info.sides.train_split and info.task == "classify" \
+            and not config.mix:
+        stratified = _stratified(info, config, options)
+        if stratified is not None:
+            return stratified
     train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
                                 **info.sides.options("train"), **options)
     if config.val is not None:
@@ -369,56 +375,17 @@ def datasets(info: DataInfo, config: TrainConfig):
     return train, val
 
 
-def to_inputs(batch: dict, info: DataInfo, device: torch.device,
-              channels_last: bool = False) -> torch.Tensor:
-    """A collated batch's input tensor, on the device, as float and normalised."""
-    if info.model_input is not None:  # a library model's own normalisation
-        pixels = batch[info.inputs[0]].to(device, non_blocking=True).float() / 255
-        images = _normalise(pixels if info.decoded_images else pixels.unsqueeze(1),
-                            info.model_input)
-    elif info.decoded_images:
-        images = batch[info.inputs[0]].to(device, non_blocking=True)
-        images = (images.float() / 255 - IMAGE_MEAN) / IMAGE_STD
-    else:
-        images = _normalise(_arrays(batch, info, device), info.stats)
-    if info.kind == "image" and tuple(images.shape[-2:]) != tuple(info.input_shape[1:]):
-        images = _resized(images, info)
-    if channels_last and info.kind == "image":
-        return images.contiguous(memory_format=torch.channels_last)
-    return images
-
-
-def _resized(images: torch.Tensor, info: DataInfo) -> torch.Tensor:
-    """Array images (which the loader does not resize) at the model's input size."""
-    mode = (info.model_input or {}).get("interpolation", "bilinear")
-    mode = mode if mode in ("bilinear", "bicubic", "nearest") else "bilinear"
-    return torch.nn.functional.interpolate(images, size=tuple(info.input_shape[1:]), mode=mode,
-                                           align_corners=False if mode != "nearest" else None,
-                                           antialias=mode != "nearest")
-
-
-def _arrays(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:
-    """The array inputs as one float tensor: (B, 1, H, W) scaled to [0, 1], (B, F) or
-    (B, C, T)."""
-    parts = [batch[n].to(device, non_blocking=True).float() for n in info.inputs]
-    if info.kind == "image":
-        return parts[0].unsqueeze(1) / 255
-    if info.kind == "vector":
-        return torch.cat([p.reshape(p.shape[0], -1) for p in parts], dim=1)
-    parts = [p.reshape(p.shape[0], p.shape[1], -1) for p in parts]  # (B, T, channels)
-    return torch.cat(parts, dim=2).transpose(1, 2)
-
-
-def _normalise(values: torch.Tensor, stats: dict) -> torch.Tensor:
-    """(values - mean) / std per channel (dimension 1)."""
-    shape = (1, -1) + (1,) * (values.ndim - 2)
-    mean = torch.tensor(stats["mean"], device=values.device).view(shape)
-    std = torch.tensor(stats["std"], device=values.device).clamp_min(1e-8).view(shape)
-    return (values - mean) / std
-
-
-def to_targets(batch: dict, info: DataInfo, device: torch.device) -> torch.Tensor:
-    target = torch.as_tensor(batch[info.label]).to(device, non_blocking=True)
-    if info.task == "classify":
-        return target.long()
-    return target.float()
+def _stratified(info: DataInfo, config: TrainConfig, options: dict):
+    """(train, validation) of a stratified --val-split (train.sides); None where the
+    data cannot be read out of order."""
+    read = packed_labels(config.data, part_cache(config))
+    if read is None:
+        return None
+    labels, parts = read
+    held = held_out(labels, config.val_split, config.seed)
+    _check_held(int(held.sum()), config, len(labels))
+    train_side, val_side = stratified_sides(held, parts.part_counts, config.seed)
+    options = {k: v for k, v in options.items() if k not in ("cache_dir", "cache_limit")}
+    return (packer.PackedDataset(parts, order=train_side, shuffle=True, transform=info.keep(),
+                                 **options),
+            packer.PackedDataset(parts, order=val_side, transform=info.keep(), **options))

@@ -13,7 +13,8 @@ from tqdm import tqdm
 import packer
 from packer.errors import PackerError
 from train import plots
-from train.data import AsTraining, describe, part_cache, to_inputs, to_targets
+from train.data import AsTraining, describe, part_cache
+from train.inputs import to_inputs, to_targets
 from train.losses import loss_function
 from train.metrics import Metrics, strict_json
 from train.trained import ImageFiles, Trained, files_info

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from packer.errors import PackerError
-from train.data import IMAGE_MEAN, IMAGE_STD
+from train.inputs import IMAGE_MEAN, IMAGE_STD
 from train.trained import Trained
 
 SUFFIX = {"onnx": ".onnx", "torchscript": ".torchscript.pt"}

@@ -1,155 +1,25 @@
 """`train fit`: defaults from the data, then per epoch a training pass, validation, a
 checkpoint; at the end the best epoch's summary and plots."""
 
-import errno
 import json
 import math
-import os
 import sys
 import time
 import zlib
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-import packer
 from packer.errors import PackerError
-from train import checkpoint, finetune, lr_range, monitor, plots, recipe, report
-from train.cache import KEY, RamCache
+from train import checkpoint, damage, finetune, monitor, plots, recipe, report
+from train.cache import KEY
 from train.config import TrainConfig
-from train.data import DataInfo, datasets, describe, to_inputs, to_targets
-from train.finite import require_finite
+from train.inputs import to_inputs, to_targets
 from train.metrics import Metrics, strict_json
-from train.run import Run, build, rank0_value, setup_distributed, use_cuda
-from train.step import (
-    NonFiniteLoss,
-    forward_loss,
-    seed_number,
-    set_seed,
-    train_step,
-    training_batch,
-)
-
-# a resumed run takes these from its checkpoint
-CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
-          "patience", "norm", "cache", "freeze_epochs", "monitor")
-
-
-@dataclass
-class Data:
-    """What a run reads: the datasets, their loaders, the cache, and what was chosen."""
-    info: DataInfo
-    train_set: object
-    loader: object
-    val_loader: object
-    cache: RamCache | None
-    val_cache: RamCache | None
-    order: torch.Generator  # a loose folder's shuffle; packed data shuffle themselves
-    choices: list
-    steps: int  # optimizer steps an epoch
-    seed: int
-
-    def epoch(self, number: int, generator: torch.Generator):
-        """The batches of epoch `number` (from the cache once it is full)."""
-        if self.cache is not None and self.cache.full:
-            return self.cache.batches(generator)
-        self.order.manual_seed(seed_number(self.seed, number))
-        if hasattr(self.train_set, "set_epoch"):
-            self.train_set.set_epoch(number)
-        return self.cache.fill(self.loader) if self.cache is not None else self.loader
-
-    def val(self):
-        """The validation batches (None: no validation)."""
-        if self.val_cache is None:
-            return self.val_loader
-        return self.val_cache.batches() if self.val_cache.full else self.val_cache.fill(
-            self.val_loader)
-
-
-def prepare(config: TrainConfig) -> tuple[TrainConfig, Data]:
-    """The run's config with every auto field chosen, and its data."""
-    config = replace(config)
-    _writable_out(Path(config.out))
-    finetune.refuse_misuse(config)
-    if config.resume:
-        _take_saved_choices(config)
-    info = describe(config)
-    recipe.refuse_inapplicable(config, info)
-    require_finite(info, config)
-    _, world, _ = setup_distributed(config.device)  # first: the split follows the rank
-    choices = finetune.prepare_images(config, info) + recipe.choose_image_size(config, info)
-    train_set, val_set = datasets(info, config)
-    total = getattr(train_set, "total", len(train_set))
-    choices += recipe.choose(config, info, total, world)
-    choices += finetune.choose(config, info, total)
-    choices += monitor.choose(config, info)
-    if info.sides and info.sides.train_split and not config.val_split_name:
-        config.val_split_name = info.sides.val_split  # a resume reads the same split
-        choices.append(recipe.Choice("val_split_name", info.sides.val_split or "none",
-                                     info.sides.text(config.data)))
-    config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
-    order = torch.Generator()
-    loader = packer.DataLoader(train_set, batch_size=config.batch_size,
-                               num_workers=config.workers, pin_memory=use_cuda(config.device),
-                               shuffle=info.files is not None, generator=order)
-    val_loader = val_set and packer.DataLoader(val_set, batch_size=config.batch_size,
-                                               num_workers=config.workers)
-    cache = RamCache(config.batch_size) if config.cache == "ram" else None
-    val_cache = RamCache(config.batch_size) if cache and val_loader else None
-    steps = math.ceil(len(train_set) / config.batch_size) if cache else len(loader)
-    data = Data(info, train_set, loader, val_loader, cache, val_cache, order, choices,
-                max(steps, 1), config.seed)
-    if config.lr is None:
-        config.lr, why = _range_test(config, data)
-        config.scale_lr = False
-        data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), why))
-    return config, data
-
-
-def _writable_out(out: Path) -> None:
-    """--out checked first (without making it, so a refused run leaves nothing): before
-    the data is read and the learning rate chosen, not at the first checkpoint."""
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not os.access(existing, os.W_OK):
-        code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
-        raise PermissionError(code, os.strerror(code), str(out))
-
-
-RESUME_INSTEAD = ("run without --resume to start over (with another --out to keep this run's "
-                  "files), or put back a copy of last.pt")
-
-
-def _take_saved_choices(config: TrainConfig) -> None:
-    """--resume: the values chosen for the first run's auto fields (no second range test)."""
-    path = Path(config.out) / "last.pt"
-    if not path.exists():
-        raise PackerError(f"--resume: no checkpoint in {config.out} (last.pt)")
-    saved = checkpoint.load(path, torch.device("cpu"), checkpoint.RESUME_KEYS,
-                            RESUME_INSTEAD)["config"]
-    for name in CHOSEN:
-        if getattr(config, name) in (None, "auto"):
-            setattr(config, name, saved.get(name, getattr(config, name)))
-
-
-def _range_test(config: TrainConfig, data: Data) -> tuple[float, str]:
-    """--lr auto: (the rate, why) from a short range test on the training data, on a
-    model of its own, in the first epoch's phase: when fine-tuning, on the head alone
-    while the backbone is frozen (the backbone's rate is its share of the head's)."""
-    probe = build(replace(config, lr=lr_range.LOW, scale_lr=False), data.steps, data.info)
-    finetune.enter_epoch(probe, 0)
-
-    def batches():
-        set_seed(config.seed, 0)
-        data.order.manual_seed(seed_number(config.seed, 0))
-        return ((to_inputs(b, data.info, probe.device, config.channels_last),
-                 to_targets(b, data.info, probe.device)) for b in data.loader)
-
-    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW)
-    phase = " on the head alone, the backbone frozen" if probe.frozen else ""
-    return rank0_value(result["suggested_lr"]), lr_range.why(result) + phase
+from train.prepare import RESUME_INSTEAD, prepare
+from train.run import Run, build, deterministic
+from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
 
 
 def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
@@ -297,10 +167,17 @@ def _log(run: Run, writer, record: dict) -> None:
 
 def fit(config: TrainConfig) -> dict:
     """Train; returns the summary written to OUT/summary.json."""
-    config, data = prepare(config)
+    with damage.DamageLog() as damaged, deterministic(config.deterministic):
+        return _fit(config, damaged)
+
+
+def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
+    config, data = prepare(config, damaged)
     run = build(config, data.steps, data.info)
     if run.main:
-        print("\n".join([recipe.report(data.choices), *run.notes]), flush=True)
+        imbalanced = recipe.imbalance_warning(data.info, config)
+        print("\n".join([recipe.report(data.choices), *run.notes,
+                         *([f"WARNING: {imbalanced}"] if imbalanced else [])]), flush=True)
         run.out.mkdir(parents=True, exist_ok=True)
     start, best, best_epoch, stale = 0, None, -1, 0
     if config.resume:
@@ -311,6 +188,7 @@ def fit(config: TrainConfig) -> dict:
     elif run.main:
         (run.out / "metrics.jsonl").unlink(missing_ok=True)
     writer = _tensorboard(run)
+    damaged.taken(run.world)  # what the range test read: the first epoch reads it again
     for epoch in range(start, config.epochs):
         generator = set_seed(config.seed, epoch)  # dropout too: the same after a resume
         phase = finetune.enter_epoch(run, epoch, first=epoch == start)
@@ -329,7 +207,8 @@ def fit(config: TrainConfig) -> dict:
         stale = 0 if monitor.progressed(score, best) else stale + 1  # ties are no progress
         best, best_epoch = (score, epoch) if improved else (best, best_epoch)
         record = {"epoch": epoch + 1, "lr": run.optimizer.param_groups[0]["lr"],
-                  "train": train, "val": val, "monitor": {"name": watched, "value": abs(value)}}
+                  "train": train, "val": val, "monitor": {"name": watched, "value": abs(value)},
+                  "damaged_samples": damaged.taken(run.world)}
         run.history.append({"epoch": epoch + 1, "score": score[0]})
         if run.main:
             _log(run, writer, record)
@@ -338,6 +217,8 @@ def fit(config: TrainConfig) -> dict:
             if improved:
                 checkpoint.save(run.out / "best.pt", state)
             print(_epoch_line(record), flush=True)
+            if damage.summary(record["damaged_samples"]):
+                print(damage.summary(record["damaged_samples"]), flush=True)
         if config.patience is not None and \
                 finetune.stale_since_unfrozen(config, epoch, stale) >= config.patience:
             break

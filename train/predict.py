@@ -13,7 +13,8 @@ import packer
 from packer import IMAGE_FIELDS, MANIFEST_NAME
 from packer.errors import PackerError
 from train.cache import KEY
-from train.data import Keep, part_cache, to_inputs
+from train.data import Keep, part_cache
+from train.inputs import to_inputs
 from train.trained import ImageFiles, Trained, files_info, outputs_of
 
 

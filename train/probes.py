@@ -12,21 +12,12 @@ import packer
 from packer.errors import PackerError
 from train import finetune, lr_range, plots, recipe
 from train.config import TrainConfig
-from train.data import (
-    IMAGE_MEAN,
-    IMAGE_STD,
-    datasets,
-    describe,
-    image_shape,
-    to_inputs,
-    to_targets,
-)
+from train.data import datasets, describe, image_shape
 from train.finite import non_finite, require_finite
+from train.inputs import IMAGE_MEAN, IMAGE_STD, to_inputs, to_targets
 from train.metrics import strict_json
 from train.run import build
 from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
-
-IMBALANCE = 5.0  # largest / smallest class count that earns a warning
 
 
 def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = None):
@@ -79,12 +70,9 @@ def check(config: TrainConfig) -> dict:
               "label_dtype": str(targets.dtype), "warnings": [],
               "error": non_finite(info, config)}
     if info.classes and info.class_counts:
-        counts = dict(zip(info.classes, info.class_counts, strict=True))
-        report["class_counts"] = counts
-        low, high = min(counts.values()), max(counts.values())
-        if low == 0 or high / low > IMBALANCE:
-            report["warnings"].append(f"classes are imbalanced ({high:,} against {low:,} "
-                                      "samples): consider --class-weights auto")
+        report["class_counts"] = dict(zip(info.classes, info.class_counts, strict=True))
+    imbalanced = recipe.imbalance_warning(info, config)
+    report["warnings"] += [imbalanced] if imbalanced else []
     _, loss = forward_loss(run, inputs, targets)
     loss.backward()
     grads = [p.grad for p in run.model.parameters() if p.grad is not None]

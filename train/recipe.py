@@ -34,6 +34,7 @@ MIN_EPOCHS, MAX_EPOCHS = 10, 100
 SMALL_IMAGE_SET = 10_000
 TABLE_ROWS = (2_000, 200_000)  # the row counts where an MLP grows
 GROUP_NORM_BELOW = 16
+IMBALANCE = 5.0  # largest / smallest class count that earns a warning
 
 
 @dataclass
@@ -187,3 +188,16 @@ def report(choices: list[Choice]) -> str:
     """The lines printed at the start of a run."""
     return "\n".join(["defaults from the data (an option given replaces its line):",
                       *(c.line() for c in choices)])
+
+
+def imbalance_warning(info: DataInfo, config: TrainConfig) -> str | None:
+    """The warning `check` and `fit` give (once) when the largest class has IMBALANCE
+    times the smallest's samples and nothing weighs the classes (None: no warning)."""
+    if not (info.task == "classify" and info.class_counts) or config.class_weights \
+            or config.loss == "focal":
+        return None
+    low, high = min(info.class_counts), max(info.class_counts)
+    if low and high / low <= IMBALANCE:
+        return None
+    return (f"classes are imbalanced ({high:,} against {low:,} samples): consider "
+            "--class-weights auto")

@@ -1,6 +1,7 @@
 """A run's parts: the device, the process group, the model, optimizer and schedule."""
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,25 @@ def any_rank(flag: bool) -> bool:
     number = torch.tensor([float(flag)], device=device)
     dist.all_reduce(number, op=dist.ReduceOp.MAX)
     return bool(number.item())
+
+
+@contextmanager
+def deterministic(on: bool):
+    """--deterministic: torch's deterministic algorithms (an error where an operation
+    has none) and cuDNN's, for the block; what was set before comes back after."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what cuBLAS needs
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1:3]
+        if saved[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
 def pick_device(local_rank: int, device: str = "auto") -> torch.device:

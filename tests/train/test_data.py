@@ -14,7 +14,8 @@ from conftest import image_bytes
 from conftest import run as packer_run
 from train.cli import cli
 from train.config import TrainConfig
-from train.data import datasets, describe, to_inputs
+from train.data import datasets, describe
+from train.inputs import to_inputs
 
 SMALL = ["--image-size", "16", "--batch-size", "8", "--workers", "0"]
 
@@ -55,10 +56,10 @@ def test_val_classes_unknown_to_training_are_an_error(tmp_path):
 
 
 def test_a_val_split_that_holds_out_nothing_is_an_error(tmp_path):
-    data = pack_folder(tmp_path, ["a"], count=5)
+    data = pack_folder(tmp_path, ["a"], count=1)  # stratified: a class of 2 gives one
     output = train("fit", data, "--val-split", "0.1", "--out", tmp_path / "run", *SMALL,
                    expect=1)
-    assert "--val-split 0.1 holds out no sample of the 5" in output
+    assert "--val-split 0.1 holds out no sample of the 1" in output
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +177,45 @@ def test_a_jpg_folder_with_one_jpg_in_capitals_trains(tmp_path):
                   "--workers", "0"]):
         result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
         assert result.exit_code == 0, result.output
+
+
+def imbalanced_table(tmp_path, rare_rows=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10)):
+    """110 rows packed in order: 100 of class "common", 10 of "rare" at `rare_rows`
+    (none where an evenly spread tenth would fall: rows 9, 19, ...)."""
+    rng = np.random.default_rng(3)
+    rows = ["a,b,y"] + [f"{rng.normal():.5f},{rng.normal():.5f},"
+                        f"{'rare' if i in rare_rows else 'common'}" for i in range(110)]
+    (tmp_path / "imb.csv").write_text("\n".join(rows) + "\n")
+    packer_run("pack", tmp_path / "imb.csv", "--to", "hdf5", "--label-column", "y", "--task",
+               "classify", "-o", tmp_path / "imb.h5", "-q")
+    return tmp_path / "imb.h5"
+
+
+def held_labels(data, seed=0):
+    config = TrainConfig(data=str(data), seed=seed)
+    info = describe(config)
+    train_set, val_set = datasets(info, config)
+    val = {s["__key__"]: info.classes[int(s["cls"])] for s in val_set}
+    train = {s["__key__"]: info.classes[int(s["cls"])] for s in train_set}
+    return val, train
+
+
+def test_the_validation_split_holds_each_class_in_its_share(tmp_path):
+    data = imbalanced_table(tmp_path)
+    val, train = held_labels(data)
+    assert sorted(val.values()).count("rare") == 1 and len(val) == 11  # 10% of each class
+    assert not set(val) & set(train) and len(val) + len(train) == 110
+    assert held_labels(data)[0] == val  # the same seed holds out the same samples
+    assert held_labels(data, seed=1)[0] != val
+
+
+def test_fit_warns_of_imbalanced_classes_once_as_check_does(tmp_path):
+    data = imbalanced_table(tmp_path)
+    args = ["--epochs", "2", "--workers", "0", "--lr", "3e-3", "--batch-size", "16"]
+    said = train("fit", data, "--out", tmp_path / "run", *args)
+    assert said.count("WARNING: classes are imbalanced (100 against 10 samples): consider "
+                      "--class-weights auto") == 1
+    assert "WARNING: classes are imbalanced (100 against 10" in train("check", data, "--out",
+                                                                      tmp_path / "check")
+    weighed = train("fit", data, "--out", tmp_path / "weighed", "--class-weights", "auto", *args)
+    assert "WARNING" not in weighed

@@ -17,6 +17,7 @@ import packer
 from conftest import ROOT, colour_images
 from conftest import run as packer_run
 from train.cli import cli
+from train.sides import held_out, packed_labels, stratified_sides
 
 COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
 
@@ -126,10 +127,17 @@ def test_ddp_with_two_gloo_processes(colours, tmp_path):
     assert lines[0]["val"]["samples"] == 12  # a tenth held out, split over the ranks, reduced
 
 
+def _training_side(data, **options) -> packer.PackedDataset:
+    """The training side of --val-split 0.25 (stratified) as train fit reads it."""
+    labels, parts = packed_labels(data, {})
+    train_side, _ = stratified_sides(held_out(labels, 0.25, 0), parts.part_counts, 0)
+    return packer.PackedDataset(parts, order=train_side, decode="raw", shuffle=True, seed=0,
+                                **options)
+
+
 def _expected_share(data, rank: int, epoch: int) -> dict:
     """What the loader plans for `rank` of two in `epoch` (train fit's defaults: seed 0)."""
-    share = packer.open_dataset(data, decode="raw", shuffle=True, seed=0, rank=rank,
-                                world_size=2, holdout=(0.25, "train"))
+    share = _training_side(data, rank=rank, world_size=2)
     share.set_epoch(epoch)
     keys = [sample["__key__"] for sample in share]
     return {"samples": len(keys), "keys_crc32_sum": sum(zlib.crc32(k.encode()) for k in keys),
@@ -156,7 +164,7 @@ def run_two_nodes(data, tmp_path, node_env=lambda node: {}) -> list[dict]:
 
 
 def assert_each_rank_read_its_share(lines: list[dict], data) -> None:
-    total = packer.open_dataset(data, holdout=(0.25, "train")).total
+    total = _training_side(data).total
     for epoch, record in enumerate(lines):
         expected = [_expected_share(data, rank, epoch) for rank in (0, 1)]
         assert record["train"]["ranks"] == [{k: e[k] for k in ("samples", "keys_crc32_sum")}
@@ -290,10 +298,12 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
     (images / "c1" / "notes").write_text("a stray file: no image, so a bad sample")
     packer_run("pack", images, "-o", tmp_path / "wds", "-q")
     out = tmp_path / "run"
-    with pytest.warns(UserWarning, match="'c1/notes' .* no jpg field to decode"):
-        train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
-              *COMMON)
+    said = train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
+                 *COMMON)
     assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1
+    assert "1 damaged sample replaced this epoch" in said
+    [damaged] = json.loads((out / "metrics.jsonl").read_text())["damaged_samples"]
+    assert damaged["key"] == "c1/notes" and "no jpg field to decode" in damaged["reasons"][0]
 
 
 @pytest.mark.parametrize("damage", ["cut", "zeros", "foreign"])

@@ -84,7 +84,7 @@ def test_predict_single_files_uses_the_run_preprocessing(run, tmp_path):
     loaded = trained_run.load(str(run / "run"))
     assert loaded.image_size == (32, 32)
     sample = trained_run.ImageFiles([(str(image), -1)], (32, 32))[0]
-    from train.data import to_inputs
+    from train.inputs import to_inputs
 
     inputs = to_inputs({"jpg": sample["jpg"][None]}, trained_run.files_info(loaded.info),
                        torch.device("cpu"))
