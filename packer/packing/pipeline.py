@@ -420,7 +420,6 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
             splits = splits_entry(*setup["log"].entries(writer.parts), source.classes,
                                   options, getattr(source, "split_folders", None))
             manifest.update({"splits": splits} if splits else {})
-            setup["log"].remove()
         manifest["source"]["path"] = shown or manifest["source"]["path"]
         seal(manifest)
         writer.finish(manifest)
@@ -428,6 +427,8 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
             _save_progress(writer, tally, setup)
             os.replace(writer.folder / PROGRESS_NAME, record)
         (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
+        if setup["log"] is not None:  # only now: a resume before this needs it
+            setup["log"].remove()
         write_json_atomic(writer.folder / MANIFEST_NAME, manifest)
     format_module(options.to).publish(writer.folder, out)
     manifest["seconds"] = time.perf_counter() - began

@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+from packer.errors import UsageProblem
 from packer.formats.base import Chunk
 from packer.sample import KEY, content_digest, restored_path
 
@@ -23,7 +24,7 @@ class SampleLog:
         self.folder = work / LOG_NAME
         self.dedupe = dedupe
         self.pending: list[tuple[str, int | None, bytes]] = []  # stored, part not closed
-        self.first_key: dict[bytes, str] = {}  # content -> the key kept (--dedupe)
+        self.first_key: dict[bytes, tuple] = {}  # content -> (key, label) kept (--dedupe)
 
     def resume(self, parts: list[dict]) -> None:
         """Keep the entries of the closed `parts` an interrupted run left (none: start over)."""
@@ -32,10 +33,11 @@ class SampleLog:
         for stale in self.folder.iterdir():
             if stale.name not in kept:
                 stale.unlink()
-        if self.dedupe:
-            for keys, _, contents in map(self._read, parts):
-                for key, content in zip(keys, contents, strict=True):
-                    self.first_key.setdefault(content, key)
+        for part in parts:  # each checked now, not after the rest is packed
+            keys, labels, contents = self._read(part)
+            if self.dedupe:
+                for key, label, content in zip(keys, labels, contents, strict=True):
+                    self.first_key.setdefault(content, (key, label))
 
     def admit(self, chunk: Chunk) -> Chunk:
         """The chunk to store: with --dedupe, less the samples whose content is already
@@ -45,11 +47,12 @@ class SampleLog:
         if self.dedupe:
             dropped = {}
             for i, (key, content) in enumerate(zip(chunk.keys, contents, strict=True)):
-                first = self.first_key.setdefault(content, key)
+                first, label = self.first_key.setdefault(content, (key, chunk.labels[i]))
                 if first != key:
+                    other = "" if label == chunk.labels[i] else ", which has another label"
                     dropped[i] = [{"path": restored_path(key, name), "reason":
-                                   f"an exact duplicate of {restored_path(first, name)} "
-                                   "(--dedupe)"} for name, _ in chunk.field_sizes[i]
+                                   f"an exact duplicate of {restored_path(first, name)}"
+                                   f"{other} (--dedupe)"} for name, _ in chunk.field_sizes[i]
                                   if name != "cls"]
             if dropped:
                 chunk = chunk.without(dropped)
@@ -81,10 +84,20 @@ class SampleLog:
         return self.folder / f"part-{index:06d}.json"
 
     def _read(self, part: dict) -> tuple[list[str], list, list[bytes]]:
-        record = json.loads(self._file(part["index"]).read_text(encoding="utf-8"))
-        data = bytes.fromhex(record["contents"])
-        return record["keys"], record["labels"], [data[i:i + 32]
-                                                  for i in range(0, len(data), 32)]
+        path = self._file(part["index"])
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            keys, labels, data = record["keys"], record["labels"], bytes.fromhex(
+                record["contents"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UsageProblem(f"{path}: the log of the samples of part {part['index']} is "
+                               f"missing or damaged ({err}), so the splits or --dedupe cannot "
+                               "go on from this interrupted pack; start over with "
+                               "--overwrite") from None
+        if not len(keys) == len(labels) == len(data) // 32 == part["count"]:
+            raise UsageProblem(f"{path}: the log holds {len(keys):,} samples, the part "
+                               f"{part['count']:,}; start over with --overwrite")
+        return keys, labels, [data[i:i + 32] for i in range(0, len(data), 32)]
 
 
 def sample_facts(outcomes: list[tuple[dict | None, list]]) -> tuple[tuple, bytes]:

@@ -16,6 +16,7 @@ class Against:
         self.label = layout_label(manifest)
         self.classes = manifest.get("classes") or []
         self.by_folder = manifest["source"]["labels"] == "folders"
+        self.class_level = 1 if manifest["source"].get("split_folders") else 0  # train/CLASS/
         self.seen: set[str] = set()
 
     def check(self, sample: dict) -> list[str]:
@@ -32,7 +33,8 @@ class Against:
                 continue
             if original != value:
                 problems.append(f"{rel}: packed bytes differ from the source file")
-            if self.by_folder and self.classes[sample[self.label]] != rel.split("/", 1)[0]:
+            if self.by_folder and self.classes[sample[self.label]] != rel.split("/")[
+                    self.class_level]:
                 problems.append(f"{rel}: class {self.classes[sample[self.label]]!r}, but the "
                                 "file is in another class folder")
         return problems

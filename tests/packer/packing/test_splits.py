@@ -123,8 +123,9 @@ def test_dedupe_stores_each_content_once_and_lists_the_rest(tmp_path):
     manifest = packer.load_manifest(out)
     assert manifest["count"] == 60 and manifest["splits"]["leak_count"] == 0
     skipped = {entry["path"]: entry["reason"] for entry in manifest["skipped"]}
-    assert skipped == {"c1/dup.jpg": "an exact duplicate of c0/000.jpg (--dedupe)",
-                       "c2/copy.jpg": "an exact duplicate of c2/000.jpg (--dedupe)"}
+    assert skipped == {
+        "c1/dup.jpg": "an exact duplicate of c0/000.jpg, which has another label (--dedupe)",
+        "c2/copy.jpg": "an exact duplicate of c2/000.jpg (--dedupe)"}
     assert "OK" in run("verify", out, "--against", source, "-q").output
     assert sum(len(keys_of(out, name)) for name in SHARES) == 60
 
@@ -160,6 +161,7 @@ def test_split_folders_are_the_splits_and_classes_come_from_below(fmt, tmp_path)
     assert list(sets) == ["train", "val", "test"] and manifest["splits"]["method"] == "folders"
     assert [sets[name]["count"] for name in sets] == [12, 4, 5]
     assert sets["test"]["class_counts"] == [3, 2]
+    assert "OK" in run("verify", out, "--against", source, "-q").output
     assert keys_of(out, "val") == ["val/cat/0", "val/cat/1", "val/dog/0", "val/dog/1"]
     assert all(s["cls"] == (s["__key__"].split("/")[1] == "dog")
                for s in packer.open_dataset(out, split="test", decode="raw"))
@@ -200,6 +202,40 @@ def test_a_killed_split_pack_resumes_to_the_same_splits(fmt, tmp_path):
     assert resumed["skipped"] == expected["skipped"] and resumed["count"] == 60
     assert list(iter_samples(out)) == list(iter_samples(reference))
     assert not (out / "samples").exists()
+
+
+KILL_AFTER_THE_LOG_IS_REMOVED = """
+import os, signal, sys
+import packer.packing.sample_log as log
+remove = log.SampleLog.remove
+def remove_then_die(self):
+    remove(self)
+    os.kill(os.getpid(), signal.SIGKILL)
+log.SampleLog.remove = remove_then_die
+from packer.cli import cli
+cli(sys.argv[1:], prog_name="packer")
+"""
+
+
+def test_a_pack_killed_as_it_publishes_resumes(tmp_path):
+    source = class_images(tmp_path / "src", 2, 10)
+    args = ["pack", str(source), "-o", str(tmp_path / "out"), "--max-count", "4", "-q",
+            "--split", "train=0.5,val=0.5"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_THE_LOG_IS_REMOVED, *args])
+    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "out").exists()
+    run(*args, "--resume")
+    assert packer.load_manifest(tmp_path / "out")["splits"]["sets"]["val"]["count"] == 10
+
+
+def test_a_damaged_sample_log_is_one_message_when_the_pack_resumes(tmp_path):
+    source = class_images(tmp_path / "src", 2, 10)
+    args = ["pack", str(source), "-o", str(tmp_path / "out"), "--max-count", "3", "-q",
+            "--split", "train=0.5,val=0.5"]
+    subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, *args])
+    (tmp_path / "out.partial" / "samples" / "part-000000.json").write_text('{"keys": [')
+    said = run(*args, "--resume", expect=2).output
+    assert "part-000000.json: the log of the samples of part 0 is missing or damaged" in said
+    assert "--overwrite" in said and "Traceback" not in said
 
 
 def test_bad_split_options_are_refused_before_reading(tmp_path):
