@@ -173,6 +173,9 @@ def _leaks_lines(report: dict) -> list[str]:
     lines = [f"leak: {plural(report['leak_count'], 'content lies', 'contents lie')} in two "
              "splits or more (the same bytes; `packer pack --dedupe` stores each once):"]
     lines += ["  " + leak_text(leak) for leak in report["leaks"][:LIST_LIMIT]]
+    if report["leak_count"] > LIST_LIMIT:
+        lines.append(f"  ... and {report['leak_count'] - LIST_LIMIT:,} more (--json lists "
+                     f"{min(report['leak_count'], len(report['leaks'])):,})")
     return lines
 
 

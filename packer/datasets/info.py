@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packer.manifest import class_counts
 from packer.read.dataset import manifest_or_shards
+from packer.sample import decode_key
 from packer.text import names_text, plural
 
 
@@ -44,10 +45,15 @@ def splits_info(manifest: dict) -> dict | None:
 
 
 def leak_text(leak: dict, most: int = 3) -> str:
-    """`a/1 (train) = b/2 (test)`: the keys of one content found in several splits."""
-    keys = [f"{key} ({name})" for name, keys in leak["keys"].items() for key in keys]
-    more = f" and {len(keys) - most:,} more" if len(keys) > most else ""
-    return " = ".join(keys[:most]) + more
+    """`a/1 (train) = b/2 (test)`: the samples (paths without their extension) of one
+    content found in several splits, one of each split first."""
+    firsts = [f"{decode_key(keys[0])} ({name})" for name, keys in leak["keys"].items()]
+    others = [f"{decode_key(key)} ({name})" for name, keys in leak["keys"].items()
+              for key in keys[1:]]
+    shown = max(most, len(firsts))
+    more = f" and {len(others) + len(firsts) - shown:,} more" if len(others) + len(
+        firsts) > shown else ""
+    return " = ".join((firsts + others)[:shown]) + more
 
 
 def splits_summary(manifest: dict) -> str | None:
@@ -73,11 +79,15 @@ def splits_text(manifest: dict) -> list[str]:
     if info is None:
         return []
     lines = [f"splits: {splits_summary(manifest)}"]
+    lines += [f"note: {note}" for note in info.get("notes") or []]
     if info["leak_count"]:
         shown = "; ".join(leak_text(leak) for leak in info["leaks"][:3])
         lines.append(f"leak: {plural(info['leak_count'], 'content lies', 'contents lie')} in "
-                     f"two splits or more (the same bytes), e.g. {shown}; all listed in the "
-                     "manifest's splits.leaks. --dedupe stores each content once")
+                     f"two splits or more (the same bytes), e.g. {shown}; "
+                     + ("all" if len(info["leaks"]) == info["leak_count"] else
+                        f"the first {len(info['leaks']):,}")
+                     + " listed in the manifest's splits.leaks. --dedupe stores each content "
+                     "once")
     return lines
 
 

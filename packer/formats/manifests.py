@@ -102,10 +102,14 @@ def _count_problem(manifest: dict) -> str | None:
 
 def _split_problem(manifest: dict) -> str | None:
     """Where a split's ranges leave the dataset, overlap, or disagree with its count."""
-    taken = []
+    taken, classes = [], len(manifest.get("classes") or [])
     for name, split in (manifest.get("splits") or {"sets": {}})["sets"].items():
         if sum(stop - first for first, stop in split["ranges"]) != split["count"]:
             return f"the ranges of split {name!r} do not hold its count, {split['count']:,}"
+        counts = split.get("class_counts")
+        if counts is not None and (len(counts) != classes or sum(counts) > split["count"]):
+            return (f"split {name!r} has {len(counts)} class counts adding up to "
+                    f"{sum(counts):,}, for {classes} classes and {split['count']:,} samples")
         taken += [(first, stop, name) for first, stop in split["ranges"]]
     end = 0
     for first, stop, name in sorted(taken):

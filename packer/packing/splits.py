@@ -19,7 +19,7 @@ import numpy as np
 
 from packer.errors import UsageProblem
 from packer.sample import decode_key
-from packer.sources.files.scan import SPLIT_FOLDERS
+from packer.sources.files.scan import split_rank
 
 LEAKS_LISTED = 100  # leaks named in the manifest; `leak_count` counts them all
 _NAME = re.compile(r"[A-Za-z0-9_-]+$")
@@ -102,27 +102,30 @@ def assign_ratios(count: int, ratios: dict[str, float], seed: int, labels=None,
 
 def _cut(members: np.ndarray, shares: np.ndarray, carry: np.ndarray,
          count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each split's whole share of `count` members, the members left over given to the
-    splits furthest behind their share of everything so far (`carry`): every class
-    within one sample of its share, and the totals too."""
+    """Each split's whole share of `count` members, one more for as many splits as
+    members are left over, among those whose share has a fraction, the ones furthest
+    behind their share of everything so far (`carry`) first: every class gets the floor
+    or the ceiling of its share in each split, and the totals stay within a sample."""
     exact = shares * count
     sizes = np.floor(exact).astype(np.int64)
     carry = carry + exact - sizes
-    for _ in range(count - int(sizes.sum())):
-        behind = int(np.argmax(carry))
-        sizes[behind] += 1
-        carry[behind] -= 1
+    fractional = np.flatnonzero(exact - sizes > 1e-9)
+    for split in fractional[np.argsort(-carry[fractional], kind="stable")][
+            :count - int(sizes.sum())]:
+        sizes[split] += 1
+        carry[split] -= 1
     return carry, np.repeat(np.arange(len(shares)), sizes)
 
 
 def _by_groups(groups: list, shares: np.ndarray, rng) -> np.ndarray:
-    """Whole groups, in a seeded order, each to the split furthest behind its share."""
+    """Whole groups, in a seeded order, each to the split furthest behind its share, as a
+    share of its goal (so that few groups still reach every split)."""
     names, group_ids, sizes = np.unique(np.asarray(groups, dtype=object).astype(str),
                                         return_inverse=True, return_counts=True)
     given, goal = np.zeros(len(shares)), shares * len(groups)
     group_split = np.empty(len(names), np.int64)
     for group in rng.permutation(len(names)):
-        behind = int(np.argmax(goal - given))
+        behind = int(np.argmax((goal - given) / goal))
         group_split[group] = behind
         given[behind] += sizes[group]
     return group_split[group_ids]
@@ -175,7 +178,7 @@ def splits_entry(keys: list[str], labels: list, contents: list[bytes], classes,
     """The manifest's `splits` entry of the stored samples: by the source's split
     folders, or by `options.split` (None when the pack makes no split)."""
     if folders:
-        names = sorted(folders, key=_folder_order)  # a split left empty by --dedupe too
+        names = sorted(folders, key=split_rank)  # a split left empty by --dedupe too
         split = np.array([names.index(folder_split(key)) for key in keys], np.int64)
         settings = {"method": "folders", "ratios": None, "by": None, "stratified": False,
                     "seed": None}
@@ -190,11 +193,22 @@ def splits_entry(keys: list[str], labels: list, contents: list[bytes], classes,
                     "stratified": stratified, "seed": options.split_seed}
     else:
         return None
-    return manifest_entry(names, split, labels, classes, keys, contents, settings)
+    entry = manifest_entry(names, split, labels, classes, keys, contents, settings)
+    return {**entry, "notes": _notes(entry, options)}
 
 
-def _folder_order(name: str) -> tuple[int, str]:
-    """train, then the validation folders, then test (others by name)."""
-    lowered = name.lower()
-    return (SPLIT_FOLDERS.index(lowered) if lowered in SPLIT_FOLDERS else len(SPLIT_FOLDERS),
-            name)
+def _notes(entry: dict, options) -> list[str]:
+    """What a reader of the splits should know: a split left empty, or windows that
+    share records across splits."""
+    total = sum(split["count"] for split in entry["sets"].values())
+    notes = [f"split {name} holds no sample" + (
+        f" (its share, {entry['ratios'][name]:g}, of {total:,} samples is under one)"
+        if entry["ratios"] else "") for name, split in entry["sets"].items()
+        if not split["count"]]
+    if options.window and options.stride and options.stride < options.window:
+        notes.append(f"windows of {options.window} records every {options.stride} overlap, so "
+                     "neighbouring windows in two splits share records, which the leak check "
+                     "(identical samples) does not see; --stride "
+                     f"{options.window} or more keeps each record in one window")
+    return notes
+

@@ -90,7 +90,7 @@ class PackedDataset(EpochProgress, IterableDataset):
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
         self.holdout = holdout
-        ranges = split_ranges(source.manifest, split, source.path) if split else None
+        ranges = None if split is None else split_ranges(source.manifest, split, source.path)
         if holdout and self.unit:  # units small enough that the held-out side gets 16 or more
             self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
         self.order = order or Order(source.part_counts, self.unit, shuffle, seed, holdout,

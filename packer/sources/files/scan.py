@@ -171,7 +171,14 @@ class Scan(Source):
         if any(f.lower() == "cls" for s in samples for f, _ in s.files):
             samples = self._drop_cls_files(samples, notes)
         if self.labels is None:  # ImageFolder: a folder of the path is the class
-            label = self.class_ids[folder.split("/")[self.class_level]]
+            levels = folder.split("/")
+            if len(levels) <= self.class_level + 1:  # train/x.jpg: in no class folder
+                notes.skipped += [{"path": p, "reason": f"directly in the split folder "
+                                   f"{levels[0]}/, so in no class (the classes are the "
+                                   "folders below the split folders)"}
+                                  for s in samples for _, p in s.files]
+                return []
+            label = self.class_ids[levels[self.class_level]]
             for sample in samples:
                 sample.label = label
             return samples
@@ -286,6 +293,8 @@ def _walk(scan: Scan, handle, rel: str, notes: Notes) -> Iterator:
         elif found is not None:
             subfolders.append((name, found))
     del entries  # a big folder's entries hold stat results; free them before going on
+    if not rel and scan.split_folders:  # train/ first: --dedupe keeps the training copy
+        subfolders.sort(key=lambda item: split_rank(item[0]))
     if files:
         yield rel, files
     for name, sub in subfolders:
@@ -345,10 +354,10 @@ def use_labels(scan: Scan, found, labels_file: str, in_folder: bool,
 def count_samples(scan: Scan, folders_layout: bool) -> Scan:
     """The class folders (when `folders_layout` and the top holds only folders), then the
     samples counted and fingerprinted in one walk."""
+    folders, files = scan.tree.top_names(scan.exclude)
+    scan.split_folders = split_folders(folders) if not files else None
     if folders_layout:
-        folders, files = scan.tree.top_names(scan.exclude)
         scan.top_files = files if folders else []
-        scan.split_folders = split_folders(folders) if not files else None
         classes = _split_classes(scan) if scan.split_folders else folders
         if classes and not files:
             scan.classes, scan.label_source = classes, "folders"
@@ -368,6 +377,13 @@ def count_samples(scan: Scan, folders_layout: bool) -> Scan:
     return scan
 
 
+def split_rank(name: str) -> tuple[int, str]:
+    """Where a split folder comes: train, then the validation folders, then test."""
+    lowered = name.lower()
+    return (SPLIT_FOLDERS.index(lowered) if lowered in SPLIT_FOLDERS else len(SPLIT_FOLDERS),
+            name)
+
+
 def split_folders(folders: list[str]) -> list[str] | None:
     """The top folders, when they are two or more split names (train/, val/, test/ ...)."""
     return folders if len(folders) > 1 and all(f.lower() in SPLIT_FOLDERS
@@ -375,8 +391,9 @@ def split_folders(folders: list[str]) -> list[str] | None:
 
 
 def _split_classes(scan: Scan) -> list[str] | None:
-    """The class folders below the split folders (their union, sorted), when every split
-    folder holds folders only; else None: the samples have no labels."""
+    """The class folders below the split folders (their union, sorted); None where no
+    split folder holds one (the samples have no labels). An empty split folder holds
+    nothing to label, and files beside class folders are skipped, in no class."""
     notes, classes = Notes(), set()
     top = scan.tree.top()
     for name, entry in scan.tree.entries(top, "", notes):
@@ -386,9 +403,7 @@ def _split_classes(scan: Scan) -> list[str] | None:
         found = [(sub, scan.tree.kind(handle, sub_entry, f"{name}/{sub}", notes))
                  for sub, sub_entry in scan.tree.entries(handle, f"{name}/", notes)
                  if not is_junk(sub) and f"{name}/{sub}" not in scan.exclude]
-        if not found or any(kind == FILE for _, kind in found):
-            return None
-        classes.update(sub for sub, kind in found if kind is not None)
+        classes.update(sub for sub, kind in found if kind not in (None, FILE))
     return sorted(classes) or None
 
 

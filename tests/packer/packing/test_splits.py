@@ -165,7 +165,7 @@ def test_split_folders_are_the_splits_and_classes_come_from_below(fmt, tmp_path)
     assert keys_of(out, "val") == ["val/cat/0", "val/cat/1", "val/dog/0", "val/dog/1"]
     assert all(s["cls"] == (s["__key__"].split("/")[1] == "dog")
                for s in packer.open_dataset(out, split="test", decode="raw"))
-    assert "test/cat/x (test) = train/dog/0 (train)" in text
+    assert "train/dog/0 (train) = test/cat/x (test)" in text
     refused = run("pack", source, "-o", tmp_path / "again", "--split", SPLIT, expect=2)
     assert "is split already, by its folders" in refused.output
 
@@ -302,3 +302,60 @@ def test_one_content_whatever_its_name_class_or_notes():
     assert content_digest(photo) != content_digest({**photo, "png": b"a mask"})
     notes = {"__key__": "n", "json": b"{}"}  # a sample of notes only is its notes
     assert content_digest(notes) != content_digest({"__key__": "m", "json": b"[]"})
+
+
+def test_probed_edges_of_split_folders(tmp_path):
+    source = split_folders(tmp_path / "src")
+    (source / "val" / "dog" / "stray").mkdir()  # an empty class folder, fine
+    (source / "train" / "notes.txt").write_text("beside the class folders")
+    shutil.rmtree(source / "test")
+    (source / "test").mkdir()  # an empty split folder keeps the labels
+    out = tmp_path / "out"
+    text = run("pack", source, "-o", out, "--dedupe", "-q").output
+    manifest = packer.load_manifest(out)
+    assert manifest["classes"] == ["cat", "dog"]
+    assert {"path": "train/notes.txt", "reason": "directly in the split folder train/, so in "
+            "no class (the classes are the folders below the split folders)"} in manifest["skipped"]
+    assert manifest["splits"]["sets"]["test"]["count"] == 0
+    assert "note: split test holds no sample" in text
+    unlabelled = run("pack", source, "-o", tmp_path / "u", "--unlabelled", "-q").output
+    assert "splits: train 13, val 4, test 0 (by the source's folders)" in unlabelled
+    with pytest.raises(DatasetError, match="no split ''"):
+        packer.open_dataset(out, split="")
+
+
+def test_dedupe_keeps_the_training_copy_of_a_test_image(tmp_path):
+    source = split_folders(tmp_path / "src")  # test/cat/x.jpg repeats train/dog/0.jpg
+    run("pack", source, "-o", tmp_path / "out", "--dedupe", "-q")
+    skipped = packer.load_manifest(tmp_path / "out")["skipped"]
+    assert skipped == [{"path": "test/cat/x.jpg", "reason": "an exact duplicate of "
+                        "train/dog/0.jpg, which has another label (--dedupe)"}]
+
+
+def test_few_groups_still_reach_every_split_and_small_classes_stay_within_one():
+    groups = ["a"] * 100 + ["b"] * 100 + ["c"] * 100
+    split = assign_ratios(300, SHARES, seed=0, groups=groups)
+    assert sorted(np.bincount(split, minlength=3)) == [100, 100, 100]
+    labels = np.array([0] * 7 + [1] * 6)
+    split = assign_ratios(13, SHARES, seed=0, labels=labels)
+    for c in (0, 1):
+        for number, share in enumerate(SHARES.values()):
+            assert abs((split[labels == c] == number).sum() - share * (labels == c).sum()) < 1
+
+
+def test_damaged_split_fields_are_one_message(tmp_path):
+    source = class_images(tmp_path / "src", 3, 4)
+    out = tmp_path / "out"
+    run("pack", source, "-o", out, "--split", "train=0.5,val=0.5", "-q")
+    path = out / "manifest.json"
+    good = json.loads(path.read_text())
+    for damage, said in [
+        (lambda m: m["splits"]["sets"]["val"].update(class_counts=[1, 2]), "2 class counts"),
+        (lambda m: m["splits"].update(leaks=[{"sha256": "x", "keys": 5}]), "is not of type"),
+    ]:
+        manifest = json.loads(json.dumps(good))
+        damage(manifest)
+        path.write_text(json.dumps(manifest))
+        for command in (["inspect", out], ["view", out, "-o", tmp_path / "v.html", "-q"]):
+            output = run(*command, expect=1).output
+            assert "the manifest is damaged" in output and said in output

@@ -245,5 +245,5 @@ def test_split_folders_in_a_prefix_split_as_a_local_folder(s3, tmp_path):
     assert manifest["classes"] == ["cat", "dog"]
     assert {name: s["count"] for name, s in manifest["splits"]["sets"].items()} == {
         "train": 8, "val": 4}  # the copy in val/ repeats train's, and is stored once
-    assert manifest["skipped"] == [{"path": "val/cat/copy.jpg", "reason":
-                                    "an exact duplicate of train/dog/1.jpg (--dedupe)"}]
+    assert manifest["skipped"] == [{"path": "val/cat/copy.jpg", "reason": "an exact duplicate "
+                                    "of train/dog/1.jpg, which has another label (--dedupe)"}]
