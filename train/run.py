@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from packer.errors import PackerError
-from train import finetune, models
+from train import ema, finetune, models
 from train.config import TrainConfig
 from train.data import DataInfo
 from train.losses import loss_function
@@ -34,6 +34,7 @@ class Run:
     history: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines to print before training
     frozen: bool = False  # the backbone, while the head trains alone
+    ema: nn.Module | None = None  # --ema: the average of the weights (train.ema)
 
     @property
     def main(self) -> bool:
@@ -157,5 +158,7 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
     dtype = amp_dtype(config.amp, device)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     loss = loss_function(info.task, info.class_counts, config).to(device)
+    average = ema.averaged(model.module if world > 1 else model,
+                           config.ema_decay) if config.ema else None
     return Run(config, info, device, model, optimizer, scheduler, scaler, dtype, loss, rank,
-               world, Path(config.out), notes=notes)
+               world, Path(config.out), notes=notes, ema=average)
