@@ -323,7 +323,8 @@ def overfit(data, samples, **options):
 @click.option("--out", default="runs/lr", show_default=True,
               help="Folder for lr_find.png and lr_find.json.")
 @click.option("--steps", type=click.IntRange(min=10), default=100, show_default=True,
-              help="Steps of the sweep from 1e-6 to 1.")
+              help="Steps of the sweep from 1e-6 to 10 (it ends early once the loss "
+                   "diverges), e.g. --steps 200.")
 @config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, "weight_decay", "dropout")
 def lr_find(data, out, steps, **options):
     """Sweep the learning rate up exponentially, plot loss against it, suggest one.

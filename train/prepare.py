@@ -143,6 +143,7 @@ def _range_test(config: TrainConfig, data: Data) -> tuple[float, str]:
         return ((to_inputs(b, data.info, probe.device, config.channels_last),
                  to_targets(b, data.info, probe.device)) for b in data.loader)
 
-    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW)
+    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW,
+                            lr_range.AUTO_HIGH)
     phase = " on the head alone, the backbone frozen" if probe.frozen else ""
     return rank0_value(result["suggested_lr"]), lr_range.why(result) + phase

@@ -67,3 +67,11 @@ def test_the_average_of_the_weights_is_validated_and_saved(table, tmp_path):
     evaluated = json.loads(train("evaluate", out / "best_ema.pt", table, "--workers", "0",
                                  "--json").splitlines()[-1])
     assert evaluated["samples"] == 128 and 0.5 < evaluated["accuracy"] <= 1
+
+
+def test_lr_find_sweeps_from_1e_6_to_10(table, tmp_path):
+    train("lr-find", table, "--out", tmp_path / "lr", "--steps", "15", "--workers", "0",
+          "--batch-size", "16")
+    rates = json.loads((tmp_path / "lr" / "lr_find.json").read_text())["lrs"]
+    assert rates[0] == pytest.approx(1e-6)
+    assert rates[1] / rates[0] == pytest.approx(10 ** (7 / 14))  # seven decades in 14 steps
