@@ -86,18 +86,21 @@ def any_rank(flag: bool) -> bool:
 
 @contextmanager
 def deterministic(on: bool):
-    """--deterministic: torch's deterministic algorithms (an error where an operation
-    has none) and cuDNN's, for the block; what was set before comes back after."""
+    """--deterministic: torch's deterministic algorithms and cuDNN's, for the block;
+    what was set before comes back after. An operation with no deterministic version
+    on the GPU (adaptive average pooling's backward, in most CNNs) warns rather than
+    stops the run."""
     saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+             torch.is_deterministic_algorithms_warn_only_enabled())
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what cuBLAS needs
-        torch.use_deterministic_algorithms(True)
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(saved[0])
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[4])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1:3]
         if saved[3] is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
