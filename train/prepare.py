@@ -36,7 +36,7 @@ class Data:
     val_cache: RamCache | None
     order: torch.Generator  # a loose folder's shuffle; packed data shuffle themselves
     choices: list
-    steps: int  # optimizer steps an epoch
+    steps: int  # batches an epoch (optimizer steps: a step a group of --accumulate)
     seed: int
     keys: object = None  # with a cache of packed data: a loader of the epoch's keys
 
