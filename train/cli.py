@@ -130,6 +130,14 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "reference_batch": (click.IntRange(min=1), "The batch size --lr was tuned for, for "
                                                "--scale-lr."),
     "clip_grad": (_POSITIVE, "Clip the gradient norm to this value."),
+    "ema": (None, "Keep an exponential moving average of the weights, validated every "
+                  "epoch beside them and saved as best_ema.pt (its best epoch), e.g. --ema "
+                  "--ema-decay 0.998."),
+    "ema_decay": (_FRACTION, "--ema: the weight of the old average at each step (0.999: "
+                             "about the last 1,000 steps)."),
+    "accumulate": (click.IntRange(min=1), "Gradient accumulation: one optimizer step on the "
+                   "gradients of this many batches, e.g. --batch-size 8 --accumulate 4 steps "
+                   "as a batch of 32 (BatchNorm still sees batches of 8)."),
     "device": (None, "cuda (an error when PyTorch sees no GPU), cpu, or auto: cuda when there "
                      "is one."),
     "amp": (None, "Mixed precision: bf16, fp16 (with a gradient scaler), off, or auto."),
@@ -192,8 +200,8 @@ AUGMENT = ("augment", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",
-       "warmup_epochs", "step_epochs", "clip_grad", "amp", "channels_last", "cache", "patience",
-       "monitor", "deterministic", "resume")
+       "warmup_epochs", "step_epochs", "clip_grad", "accumulate", "ema", "ema_decay", "amp",
+       "channels_last", "cache", "patience", "monitor", "deterministic", "resume")
 
 
 def config_options(*names: str):
@@ -321,7 +329,8 @@ def overfit(data, samples, **options):
 @click.option("--out", default="runs/lr", show_default=True,
               help="Folder for lr_find.png and lr_find.json.")
 @click.option("--steps", type=click.IntRange(min=10), default=100, show_default=True,
-              help="Steps of the sweep from 1e-6 to 1.")
+              help="Steps of the sweep from 1e-6 to 10 (it ends early once the loss "
+                   "diverges), e.g. --steps 200.")
 @config_options(*DATA, *LOSS, *OPTIMIZER, *AUGMENT, "weight_decay", "dropout")
 def lr_find(data, out, steps, **options):
     """Sweep the learning rate up exponentially, plot loss against it, suggest one.

@@ -48,6 +48,9 @@ class TrainConfig:
     scale_lr: bool = False
     reference_batch: int = 256
     clip_grad: float | None = None
+    accumulate: int = 1  # batches whose gradients make one optimizer step
+    ema: bool = False  # keep, validate and save an average of the weights (train.ema)
+    ema_decay: float = 0.999
     device: str = "auto"
     amp: str = "auto"
     channels_last: bool = False

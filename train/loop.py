@@ -12,14 +12,21 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from packer.errors import PackerError
-from train import checkpoint, damage, finetune, monitor, plots, recipe, report
+from train import checkpoint, damage, ema, finetune, monitor, plots, recipe, report
 from train.cache import KEY
 from train.config import TrainConfig
 from train.inputs import to_inputs, to_targets
 from train.metrics import Metrics, strict_json
 from train.prepare import RESUME_INSTEAD, prepare
 from train.run import Run, build, deterministic
-from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
+from train.step import (
+    NonFiniteLoss,
+    forward_loss,
+    optimizer_step,
+    set_seed,
+    train_step,
+    training_batch,
+)
 
 
 def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
@@ -39,7 +46,8 @@ def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
         inputs = to_inputs(batch, run.info, run.device, config.channels_last)
         targets = to_targets(batch, run.info, run.device)
         try:
-            loss = train_step(run, *training_batch(run, inputs, targets, generator)).item()
+            loss = train_step(run, *training_batch(run, inputs, targets, generator),
+                              step % config.accumulate, config.accumulate).item()
         except NonFiniteLoss:
             raise PackerError(_diverged(run, f"epoch {epoch + 1}, step {step + 1}: the "
                                              "training loss")) from None
@@ -47,6 +55,8 @@ def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
         samples += targets.shape[0]
         bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
         mark = time.perf_counter()
+    if samples and (step + 1) % config.accumulate:
+        optimizer_step(run)  # the epoch's last, shorter group of --accumulate batches
     seconds = time.perf_counter() - began
     sums = torch.tensor([total_loss, samples, waited, seconds], dtype=torch.float64)
     if run.world > 1:
@@ -106,13 +116,15 @@ def _diverged(run: Run, what: str) -> str:
 
 
 @torch.no_grad()
-def evaluate(run: Run, loader) -> dict:
-    run.model.eval()
+def evaluate(run: Run, loader, model=None) -> dict:
+    """The validation metrics of `model` (default: the run's weights)."""
+    model = run.model if model is None else model
+    model.eval()
     metrics = Metrics(run.info.task, run.info.classes, run.device)
     for batch in loader:
         inputs = to_inputs(batch, run.info, run.device, run.config.channels_last)
         targets = to_targets(batch, run.info, run.device)
-        outputs, loss = forward_loss(run, inputs, targets)
+        outputs, loss = forward_loss(run, inputs, targets, model)
         metrics.update(loss, outputs.unsqueeze(1) if outputs.ndim == 1 else outputs, targets)
     return metrics.result()
 
@@ -124,7 +136,7 @@ def _state(run: Run, epoch: int, best: list | None, best_epoch: int, stale: int)
             "scaler": run.scaler.state_dict() if run.scaler else None, "epoch": epoch,
             "best": best, "best_epoch": best_epoch, "stale": stale,
             "config": run.config.to_dict(), "history": run.history,
-            "data": finetune.expected_input(run.info)}
+            "data": finetune.expected_input(run.info), "ema": ema.state(run)}
 
 
 def _restore(run: Run) -> tuple[int, list | None, int, int]:
@@ -140,6 +152,7 @@ def _restore(run: Run) -> tuple[int, list | None, int, int]:
     if run.scaler and state["scaler"]:
         run.scaler.load_state_dict(state["scaler"])
     run.history = state["history"]
+    ema.restore(run, state.get("ema"))
     return state["epoch"] + 1, state["best"], state["best_epoch"], state["stale"]
 
 
@@ -158,7 +171,7 @@ def _log(run: Run, writer, record: dict) -> None:
         file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
     if writer is None:
         return
-    for side in ("train", "val"):
+    for side in ("train", "val", "val_ema"):
         for name, value in (record.get(side) or {}).items():
             if isinstance(value, int | float):
                 writer.add_scalar(f"{side}/{name}", value, record["epoch"])
@@ -173,7 +186,7 @@ def fit(config: TrainConfig) -> dict:
 
 def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
     config, data = prepare(config, damaged)
-    run = build(config, data.steps, data.info)
+    run = build(config, math.ceil(data.steps / config.accumulate), data.info)
     if run.main:
         imbalanced = recipe.imbalance_warning(data.info, config)
         print("\n".join([recipe.report(data.choices), *run.notes,
@@ -196,6 +209,7 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
             print(phase, flush=True)
         train = train_epoch(run, data.epoch(epoch, generator), epoch, generator, data.steps)
         val = evaluate(run, data.val()) if data.val_loader else None
+        val_ema = evaluate(run, data.val(), run.ema.module) if run.ema and val else None
         broken = _broken(run, val)
         if broken:
             raise PackerError(_diverged(run, f"epoch {epoch + 1}: {broken}"))
@@ -209,6 +223,9 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
         record = {"epoch": epoch + 1, "lr": run.optimizer.param_groups[0]["lr"],
                   "train": train, "val": val, "monitor": {"name": watched, "value": abs(value)},
                   "damaged_samples": damaged.taken(run.world)}
+        if val_ema is not None:
+            record["val_ema"] = val_ema
+            record["monitor"]["ema"] = abs(monitor.score(config.monitor, val_ema, train)[1])
         run.history.append({"epoch": epoch + 1, "score": score[0]})
         if run.main:
             _log(run, writer, record)
@@ -216,6 +233,8 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
             checkpoint.save(run.out / "last.pt", state)
             if improved:
                 checkpoint.save(run.out / "best.pt", state)
+            if run.ema is not None and _best_ema(run, val_ema, train):
+                checkpoint.save(run.out / "best_ema.pt", {**state, "model": ema.weights(run)})
             print(_epoch_line(record), flush=True)
             if damage.summary(record["damaged_samples"]):
                 print(damage.summary(record["damaged_samples"]), flush=True)
@@ -223,6 +242,15 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
                 finetune.stale_since_unfrozen(config, epoch, stale) >= config.patience:
             break
     return _finish(run, writer, best_epoch, data.choices, stale)
+
+
+def _best_ema(run: Run, val: dict | None, train: dict) -> bool:
+    """Whether the average's score this epoch is its best yet (each epoch's, without
+    validation): kept in the run's history."""
+    score = [monitor.score(run.config.monitor, val, train)[1], -(val or train)["loss"]]
+    best = max((h["ema"] for h in run.history[:-1] if "ema" in h), default=None)
+    run.history[-1]["ema"] = score
+    return val is None or best is None or score > best
 
 
 def _tensorboard(run: Run):
@@ -240,6 +268,8 @@ def _epoch_line(record: dict) -> str:
     watched = record.get("monitor") or {}
     if watched.get("name", "").endswith(("macro-F1", "balanced accuracy", "mAP")):
         parts.append(f"{watched['name']} {watched['value']:.4f}")
+    if "ema" in watched:
+        parts.append(f"EMA {watched['name']} {watched['ema']:.4f}")
     if "mae_per_target" in val:
         parts.append("val mae per target " + " ".join(f"{v:.4f}" for v in val["mae_per_target"]))
     parts += [f"{train['samples_per_s']:,.0f} samples/s",

@@ -1,6 +1,7 @@
-"""The learning-rate range test: the lr grows exponentially step by step while the
-smoothed training loss is recorded; the suggested rate is a tenth of the one where
-the loss was lowest. `train lr-find` plots it; `--lr auto` runs a short one.
+"""The learning-rate range test: the lr grows exponentially step by step (lr-find: from
+1e-6 to 10, as fastai's and Smith's tests go; --lr auto: 1e-5 to 1) while the
+smoothed training loss is recorded, until the loss diverges; the suggested rate is a
+tenth of the one where the loss was lowest. `train lr-find` plots it; `--lr auto` runs a short one.
 
 A sweep whose loss never falls clearly below where it began (by DESCENT) says nothing:
 its lowest point is noise on a flat curve (on 135 images in batches of 8 it lay at
@@ -17,8 +18,8 @@ from train import finetune
 from train.run import any_rank
 from train.step import NonFiniteLoss, set_seed, train_step, training_batch
 
-LOW, HIGH = 1e-6, 1.0
-AUTO_LOW, AUTO_STEPS = 1e-5, 60  # --lr auto: twelve steps a decade
+LOW, HIGH = 1e-6, 10.0  # train lr-find: seven decades, past any rate that trains
+AUTO_LOW, AUTO_HIGH, AUTO_STEPS = 1e-5, 1.0, 60  # --lr auto: twelve steps a decade
 SMOOTHING = 0.8
 DESCENT = 0.1  # how far below its start the lowest smoothed loss must lie to count
 USUAL = {"sgd": 1e-2}  # an optimizer's usual rate where the test says nothing; else 1e-3

@@ -37,7 +37,7 @@ class Data:
     val_cache: RamCache | None
     order: torch.Generator  # a loose folder's shuffle; packed data shuffle themselves
     choices: list
-    steps: int  # optimizer steps an epoch
+    steps: int  # batches an epoch (optimizer steps: a step a group of --accumulate)
     seed: int
     keys: object = None  # with a cache of packed data: a loader of the epoch's keys
 
@@ -148,6 +148,7 @@ def _range_test(config: TrainConfig, data: Data) -> tuple[float, str]:
         return ((to_inputs(b, data.info, probe.device, config.channels_last),
                  to_targets(b, data.info, probe.device)) for b in data.loader)
 
-    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW)
+    result = lr_range.sweep(probe, batches, lr_range.AUTO_STEPS, lr_range.AUTO_LOW,
+                            lr_range.AUTO_HIGH)
     phase = " on the head alone, the backbone frozen" if probe.frozen else ""
     return rank0_value(result["suggested_lr"]), lr_range.why(result) + phase

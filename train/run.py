@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from packer.errors import PackerError
-from train import finetune, models
+from train import ema, finetune, models
 from train.config import TrainConfig
 from train.data import DataInfo
 from train.losses import loss_function
@@ -34,6 +34,7 @@ class Run:
     history: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines to print before training
     frozen: bool = False  # the backbone, while the head trains alone
+    ema: nn.Module | None = None  # --ema: the average of the weights (train.ema)
 
     @property
     def main(self) -> bool:
@@ -85,18 +86,21 @@ def any_rank(flag: bool) -> bool:
 
 @contextmanager
 def deterministic(on: bool):
-    """--deterministic: torch's deterministic algorithms (an error where an operation
-    has none) and cuDNN's, for the block; what was set before comes back after."""
+    """--deterministic: torch's deterministic algorithms and cuDNN's, for the block;
+    what was set before comes back after. An operation with no deterministic version
+    on the GPU (adaptive average pooling's backward, in most CNNs) warns rather than
+    stops the run."""
     saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
-             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+             torch.is_deterministic_algorithms_warn_only_enabled())
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what cuBLAS needs
-        torch.use_deterministic_algorithms(True)
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(saved[0])
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[4])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1:3]
         if saved[3] is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
@@ -157,5 +161,7 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
     dtype = amp_dtype(config.amp, device)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     loss = loss_function(info.task, info.class_counts, config).to(device)
+    average = ema.averaged(model.module if world > 1 else model,
+                           config.ema_decay) if config.ema else None
     return Run(config, info, device, model, optimizer, scheduler, scaler, dtype, loss, rank,
-               world, Path(config.out), notes=notes)
+               world, Path(config.out), notes=notes, ema=average)

@@ -154,14 +154,24 @@ def _runs(part: int, positions: np.ndarray) -> list[Segment]:
     return runs
 
 
+_READ: dict[tuple, list[int]] = {}  # (path, parts, manifest) -> labels, read once
+
+
 def packed_labels(path, cache: dict) -> tuple[list[int], object] | None:
     """Every sample's class id in packed order, and the dataset's parts; None when its
-    parts cannot be read out of order (streamed shards)."""
+    parts cannot be read out of order (streamed shards). The labels are read once (the
+    training set and the RAM cache's key order split the same dataset)."""
     data = packer.open_dataset(path, decode="raw", rank=0, world_size=1, on_error="raise",
                                transform=_label, **cache)
     if not data.source.seekable:
         return None
-    return list(data), data.source
+    manifest = getattr(data.source, "manifest", None)  # a dataset packed again: read again
+    known = (str(path), tuple(data.source.part_counts),
+             json.dumps(manifest, sort_keys=True, default=str) if manifest else None)
+    if known not in _READ:
+        _READ.clear()  # one dataset's at a time
+        _READ[known] = list(data)
+    return _READ[known], data.source
 
 
 def _label(sample: dict) -> int:

@@ -1,5 +1,6 @@
 """The one training step (`fit`, `overfit` and `lr-find` all take it) and the one seed."""
 
+import contextlib
 import random
 
 import numpy as np
@@ -8,6 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from train import ema
 from train.augment import augment_images, mix
 
 
@@ -44,30 +46,44 @@ def training_batch(run, inputs: torch.Tensor, targets: torch.Tensor,
     return inputs, targets
 
 
-def forward_loss(run, inputs: torch.Tensor, targets: torch.Tensor):
-    """(outputs, loss) under the run's mixed precision; outputs and loss in float32."""
+def forward_loss(run, inputs: torch.Tensor, targets: torch.Tensor, model=None):
+    """(outputs, loss) of `model` (default: the run's) under the run's mixed precision;
+    outputs and loss in float32."""
     with torch.autocast(run.device.type, dtype=run.amp_dtype or torch.float32,
                         enabled=run.amp_dtype is not None):
-        outputs = run.model(inputs).float()
+        outputs = (run.model if model is None else model)(inputs).float()
     if run.info.task == "regress":
         outputs = outputs.squeeze(1)
     return outputs, run.loss_fn(outputs, targets)
 
 
-def train_step(run, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Forward, backward (through the gradient scaler for fp16), clipping, one optimizer
-    step and one scheduler step; returns the loss. Raises NonFiniteLoss, before any
-    update, when the loss is NaN or infinite on any rank."""
-    config, optimizer = run.config, run.optimizer
+def train_step(run, inputs: torch.Tensor, targets: torch.Tensor, micro: int = 0,
+               accumulate: int = 1) -> torch.Tensor:
+    """Forward and backward (through the gradient scaler for fp16); the last of
+    `accumulate` micro-batches (`micro` counts from 0) then clips and takes one optimizer
+    and one scheduler step on the gradients of all of them, each loss divided by
+    `accumulate` (so 4 batches of 8 step as one of 32). Returns the loss. Raises
+    NonFiniteLoss, before any update, when the loss is NaN or infinite on any rank."""
     _, loss = forward_loss(run, inputs, targets)
     if not _finite(run, loss):
         raise NonFiniteLoss(loss.item())
-    optimizer.zero_grad(set_to_none=True)
+    if micro == 0:
+        run.optimizer.zero_grad(set_to_none=True)
+    last = micro == accumulate - 1
+    # Under DDP the gradients are averaged across ranks once, at the group's last batch
+    with run.model.no_sync() if run.world > 1 and not last else contextlib.nullcontext():
+        scaled = loss / accumulate
+        (run.scaler.scale(scaled) if run.scaler else scaled).backward()
+    if last:
+        optimizer_step(run)
+    return loss.detach()
+
+
+def optimizer_step(run) -> None:
+    """Clip the gradients, then one optimizer step and one scheduler step."""
+    config, optimizer = run.config, run.optimizer
     if run.scaler:
-        run.scaler.scale(loss).backward()
         run.scaler.unscale_(optimizer)
-    else:
-        loss.backward()
     if config.clip_grad:
         nn.utils.clip_grad_norm_(run.model.parameters(), config.clip_grad)
     if run.scaler:
@@ -77,7 +93,7 @@ def train_step(run, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
         optimizer.step()
     if not isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         run.scheduler.step()
-    return loss.detach()
+    ema.update(run)
 
 
 def _finite(run, loss: torch.Tensor) -> bool:

@@ -56,10 +56,12 @@ def test_val_classes_unknown_to_training_are_an_error(tmp_path):
 
 
 def test_a_val_split_that_holds_out_nothing_is_an_error(tmp_path):
-    data = pack_folder(tmp_path, ["a"], count=1)  # stratified: a class of 2 gives one
+    """Stratified, a split holds one sample of each class of two or more: of classes
+    of one sample each it holds none."""
+    data = pack_folder(tmp_path, ["a", "b"], count=1)
     output = train("fit", data, "--val-split", "0.1", "--out", tmp_path / "run", *SMALL,
                    expect=1)
-    assert "--val-split 0.1 holds out no sample of the 1" in output
+    assert "--val-split 0.1 holds out no sample of the 2" in output
 
 
 @pytest.fixture(scope="module")

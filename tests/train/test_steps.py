@@ -1,0 +1,77 @@
+"""What an optimizer step is made of: --accumulate; and the weights' average, --ema."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import run as packer_run
+from train.cli import cli
+
+FIXED = ["--val-split", "0", "--epochs", "2", "--workers", "0", "--lr", "1e-2", "--schedule",
+         "constant", "--warmup-epochs", "0", "--dropout", "0", "--weight-decay", "0.01",
+         "--width", "16", "--cache", "off"]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """128 rows of 3 features, two classes by a linear rule: an MLP (no BatchNorm)."""
+    root = tmp_path_factory.mktemp("steps")
+    features = np.random.default_rng(4).normal(size=(128, 3))
+    rows = ["a,b,c,y"] + [",".join([*(f"{v:.5f}" for v in x), "pos" if x @ [1, -1, .5] > 0
+                                    else "neg"]) for x in features]
+    (root / "t.csv").write_text("\n".join(rows) + "\n")
+    packer_run("pack", root / "t.csv", "--to", "hdf5", "--label-column", "y", "--task",
+               "classify", "-o", root / "t.h5", "-q")
+    return root / "t.h5"
+
+
+def train(*args) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_four_batches_of_eight_step_as_one_of_32(table, tmp_path):
+    """The model has no BatchNorm: with it, batches of 8 would be normalised by their
+    own statistics, and the two would differ by that alone."""
+    train("fit", table, "--out", tmp_path / "whole", "--batch-size", "32", *FIXED)
+    train("fit", table, "--out", tmp_path / "parts", "--batch-size", "8", "--accumulate", "4",
+          *FIXED)
+    whole = torch.load(tmp_path / "whole" / "last.pt", weights_only=True)
+    parts = torch.load(tmp_path / "parts" / "last.pt", weights_only=True)
+    assert parts["scheduler"]["last_epoch"] == whole["scheduler"]["last_epoch"] == 8
+    for name, value in whole["model"].items():
+        torch.testing.assert_close(parts["model"][name], value, rtol=1e-5, atol=1e-6)
+    train("fit", table, "--out", tmp_path / "eights", "--batch-size", "8", *FIXED)
+    eights = torch.load(tmp_path / "eights" / "last.pt", weights_only=True)["model"]
+    assert not all(torch.allclose(eights[k], whole["model"][k]) for k in eights)
+
+
+def test_the_average_of_the_weights_is_validated_and_saved(table, tmp_path):
+    out = tmp_path / "ema"
+    options = [o if o != "0" or i != 1 else "0.25" for i, o in enumerate(FIXED)]  # a split
+    said = train("fit", table, "--out", out, "--batch-size", "16", "--ema", "--ema-decay",
+                 "0.9", *options)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 <= r["val_ema"]["accuracy"] <= 1 and r["val_ema"]["samples"] == 32
+               for r in records)
+    assert said.count("EMA val accuracy") == 2
+    last = torch.load(out / "last.pt", weights_only=True)
+    best_ema = torch.load(out / "best_ema.pt", weights_only=True)
+    assert last["ema"]["n_averaged"].item() == 2 * 6  # one update a step: 96 rows / 16
+    assert not all(torch.equal(best_ema["model"][k], last["model"][k]) for k in last["model"])
+    assert all(r["val_ema"]["loss"] != r["val"]["loss"] for r in records)  # other weights
+    evaluated = json.loads(train("evaluate", out / "best_ema.pt", table, "--workers", "0",
+                                 "--json").splitlines()[-1])
+    assert evaluated["samples"] == 128 and 0.5 < evaluated["accuracy"] <= 1
+
+
+def test_lr_find_sweeps_from_1e_6_to_10(table, tmp_path):
+    train("lr-find", table, "--out", tmp_path / "lr", "--steps", "15", "--workers", "0",
+          "--batch-size", "16")
+    rates = json.loads((tmp_path / "lr" / "lr_find.json").read_text())["lrs"]
+    assert rates[0] == pytest.approx(1e-6)
+    assert rates[1] / rates[0] == pytest.approx(10 ** (7 / 14))  # seven decades in 14 steps
