@@ -142,8 +142,8 @@ class LmdbWriter(Writer):
     def truncate(self, count: int) -> None:
         with self.env.begin(write=True) as txn:
             cursor = txn.cursor()
-            if cursor.set_range(sample_key(count)):
-                while cursor.key() != META_KEY and cursor.delete():
+            if cursor.set_range(sample_key(count)):  # the meta too: `finish` writes it
+                while cursor.delete():
                     pass
 
     def finish(self, manifest: dict) -> None:
