@@ -97,6 +97,26 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
+class EachSource:
+    """--against several folders (a dataset appended to): each sample compared with the
+    folder that holds its file; every folder's files packed or listed as skipped."""
+
+    def __init__(self, comparers: list[tuple[Path, object]]):
+        self.comparers = comparers
+
+    def check(self, sample: dict) -> list[str]:
+        field = next((n for n in sample if n not in (KEY, "cls")), None)
+        rel = restored_path(sample[KEY], field) if field else decode_key(sample[KEY])
+        for folder, compare in self.comparers:
+            if (folder / rel).exists():
+                return compare.check(sample)
+        return [f"{rel}: packed, but in none of the --against folders"]
+
+    def unaccounted(self, manifest: dict) -> list[str]:
+        return [problem for _, compare in self.comparers
+                for problem in compare.unaccounted(manifest)]
+
+
 def _manifest_problems(manifest: dict) -> list[str]:
     """A manifest sealed with its own digest that no longer matches it: edited or damaged
     after the pack (two class names swapped still pass the schema, not the digest)."""
@@ -107,12 +127,15 @@ def _manifest_problems(manifest: dict) -> list[str]:
     return []
 
 
-def verify(dataset, against: Path | None = None, progress: bool = True, cache_dir=None,
+def verify(dataset, against: Path | list[Path] | None = None, progress: bool = True, cache_dir=None,
            cache_limit=None) -> dict:
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all).
     An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
     manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
-    compare = _comparer(manifest, Path(against)) if against is not None else None
+    if isinstance(against, list):
+        compare = EachSource([(Path(a), _comparer(manifest, Path(a))) for a in against])
+    else:
+        compare = _comparer(manifest, Path(against)) if against is not None else None
     problems, count = _manifest_problems(manifest), 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
     for part, on_disk in parts:

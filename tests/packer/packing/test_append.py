@@ -100,3 +100,17 @@ def test_append_refuses_another_transform(sources, tmp_path):
     run("pack", old, "-o", out, "-q")
     result = run("pack", new, "--append", out, "-q", "--resize", "8", expect=2)
     assert "--resize" in result.output and local_manifest(out)["count"] == 6
+
+
+def test_verify_against_every_source_of_an_appended_dataset(sources, tmp_path):
+    old, new = sources
+    out = _out(tmp_path, "webdataset")
+    run("pack", old, "-o", out, "-q")
+    run("pack", new, "--append", out, "-q", "--on-duplicate", "skip")
+    both = json.loads(run("verify", out, "-q", "--json", "--against", old,
+                          "--against", new).output)
+    assert both["ok"] and both["count"] == 11
+    (new / "c2/001.jpg").write_bytes(b"changed")
+    changed = json.loads(run("verify", out, "-q", "--json", "--against", old,
+                             "--against", new, expect=1).output)
+    assert any("c2/001.jpg" in p for p in changed["problems"])
