@@ -10,7 +10,7 @@ import pytest
 from conftest import KILL_AFTER_TWO_PARTS, class_images, run
 
 import packer
-from packer.formats.manifests import local_manifest
+from packer.formats.manifests import _validator, local_manifest
 from packer.formats import format_module
 from packer.sample import KEY
 
@@ -55,6 +55,7 @@ def test_append_merges_classes_and_refuses_or_skips_duplicate_keys(fmt, sources,
     assert manifest["appends"] == [{**manifest["appends"][0], "generation": 1, "count": 5,
                                     "skipped": 3, "first": 6}]
     assert {e["path"] for e in manifest["skipped"]} == {f"c1/00{i}.jpg" for i in range(3)}
+    assert not list(_validator().iter_errors(manifest))  # the schema knows `appends`
     samples = _samples(out)
     assert samples["c1/003"]["cls"] == 1
     assert samples["c2/000"]["cls"] == 2 and samples["c0/000"]["cls"] == 0
