@@ -34,7 +34,7 @@ from packer.packing.tally import Tally
 from packer.sample import KEY, SAMPLES, restored_path
 from packer.sources import open_source
 from packer.storage.url import is_s3
-from packer.text import names_text, without_addresses
+from packer.text import names_text, plural, without_addresses
 
 ON_DUPLICATE = ("error", "skip")
 DUPLICATE_REASON = "its key is already in the dataset (--on-duplicate skip)"
@@ -286,7 +286,7 @@ def merged_manifest(old: dict, source, writer, tally: Tally, setup: dict,
 def append_text(manifest: dict) -> str:
     """`appended 10 samples (generation 1, from /data/new); 2 skipped: ...`."""
     entry = manifest["appends"][-1]
-    line = (f"appended {entry['count']:,} samples to {manifest['count'] - entry['count']:,} "
+    line = (f"appended {plural(entry['count'], 'sample')} to {manifest['count'] - entry['count']:,} "
             f"(generation {entry['generation']}, from {entry['source']}); dataset now "
             f"{manifest['count']:,} samples")
     duplicates = [e["path"] for e in manifest["skipped"]
