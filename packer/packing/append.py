@@ -284,13 +284,15 @@ def merged_manifest(old: dict, source, writer, tally: Tally, setup: dict,
 
 
 def append_text(manifest: dict) -> str:
-    """`appended 10 samples (generation 1, from /data/new); 2 skipped: ...`."""
+    """`appended 10 samples to 90 (generation 1, from /data/new); dataset now 100
+    samples; left out 2 already in it: ...`."""
     entry = manifest["appends"][-1]
-    line = (f"appended {plural(entry['count'], 'sample')} to {manifest['count'] - entry['count']:,} "
-            f"(generation {entry['generation']}, from {entry['source']}); dataset now "
+    before = manifest["count"] - entry["count"]
+    line = (f"appended {plural(entry['count'], 'sample')} to {before:,} (generation "
+            f"{entry['generation']}, from {entry['source']}); dataset now "
             f"{manifest['count']:,} samples")
-    duplicates = [e["path"] for e in manifest["skipped"]
-                  if e.get("generation") == entry["generation"] and e["reason"] == DUPLICATE_REASON]
+    duplicates = [e["path"] for e in manifest["skipped"] if e.get("generation")
+                  == entry["generation"] and e["reason"] == DUPLICATE_REASON]
     if duplicates:
         line += f"; left out {len(duplicates):,} already in it: {names_text(duplicates)}"
     return line

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KILL_AFTER_TWO_PARTS, class_images, run
 
 import packer
-from packer.formats.manifests import _validator, local_manifest
+from conftest import KILL_AFTER_TWO_PARTS, class_images, run
 from packer.formats import format_module
+from packer.formats.manifests import _validator, local_manifest
 from packer.sample import KEY
 
 FORMATS = ["webdataset", "lmdb", "hdf5", "tfrecord"]
