@@ -26,7 +26,7 @@ def manifest_info(manifest: dict, dataset) -> dict:
             "parts": manifest["parts"], "source": manifest["source"],
             "skipped": manifest["skipped"], "warnings": manifest.get("warnings") or [],
             "ignored": manifest["ignored"], "records": manifest.get("records"),
-            "transform": manifest.get("transform")}
+            "transform": manifest.get("transform"), "appends": manifest.get("appends") or []}
 
 
 def labels_text(manifest: dict) -> str:

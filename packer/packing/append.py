@@ -118,7 +118,8 @@ def _append_locked(path, out: Path, old: dict, options: PackOptions, on_duplicat
     setup.update(fields={n: {k: v for k, v in spec.items() if k not in ("count", "bytes")}
                          for n, spec in old["fields"].items()},
                  classes=classes, key_dataset=old["key_dataset"],
-                 input_bytes=sum(p["bytes"] for p in old["parts"]),
+                 input_bytes=2 * sum(f.stat().st_size  # LMDB's map: room to grow
+                                     for f in format_module(old["format"]).data_files(out, old)),
                  transform=Relabel(setup["transform"], ids, set(duplicates)),
                  started_ns=time.time_ns())
     writer, tally = _start(out, source, setup, old, options, on_part)

@@ -84,15 +84,20 @@ def test_killed_append_leaves_the_dataset_and_resumes(fmt, sources, tmp_path):
     assert sorted(_samples(out)) == sorted(f"c{c}/{i:03d}" for c in range(2) for i in range(6))
 
 
-def test_a_reader_of_the_old_data_keeps_reading_it(sources, tmp_path):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_reader_of_the_old_data_keeps_reading_it(fmt, sources, tmp_path):
     old, new = sources
-    out = _out(tmp_path, "lmdb")
-    run("pack", old, "--to", "lmdb", "-o", out, "-q")
+    out = _out(tmp_path, fmt)
+    run("pack", old, "--to", fmt, "-o", out, "-q")
     dataset = packer.open_dataset(out, decode="raw")
     epoch = iter(dataset)
-    next(epoch)
+    read = [next(epoch)]
     run("pack", new, "--append", out, "-q", "--on-duplicate", "skip")
-    assert 1 + len(list(epoch)) == 6  # the epoch begun before reads the old samples
+    read += list(epoch)  # the epoch begun before reads the old samples, as they were
+    assert [(s[KEY], s["jpg"]) for s in read] == [
+        (f"c{c}/{i:03d}", (old / f"c{c}/{i:03d}.jpg").read_bytes())
+        for c in range(2) for i in range(3)]
+    assert len(packer.open_dataset(out, decode="raw")) == 11  # a new one reads all
 
 
 def test_append_refuses_another_transform(sources, tmp_path):
@@ -115,3 +120,7 @@ def test_verify_against_every_source_of_an_appended_dataset(sources, tmp_path):
     changed = json.loads(run("verify", out, "-q", "--json", "--against", old,
                              "--against", new, expect=1).output)
     assert any("c2/001.jpg" in p for p in changed["problems"])
+    shown = run("inspect", out).output
+    assert f"appended: 5 samples from {new}" in shown and "(generation 1)" in shown
+    run("unpack", out, "-o", tmp_path / "back", "-q")
+    assert len(list((tmp_path / "back").rglob("*.jpg"))) == 11
