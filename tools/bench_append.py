@@ -35,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_images import image_path, make_images  # noqa: E402
 
+from packer.formats.manifests import local_manifest  # noqa: E402
+
 FORMATS = ("webdataset", "lmdb", "hdf5", "tfrecord")
 
 
@@ -71,6 +73,10 @@ def bench(data: Path, base: int, new: int, formats: list[str], work: Path) -> li
         row = {"format": fmt,
                "pack_base_s": _timed("pack", str(work / "base"), "--to", fmt, "-o", str(out))}
         row["append_s"] = _timed("pack", str(work / "new"), "--append", str(out))
+        appended = local_manifest(out)
+        if appended["count"] != base + new or appended["appends"][-1]["count"] != new:
+            raise SystemExit(f"{out}: {appended['count']:,} samples after the append, not "
+                             f"{base + new:,}")
         row["pack_new_alone_s"] = _timed("pack", str(work / "new"), "--to", fmt, "-o",
                                          str(other))
         if other.is_dir():
