@@ -240,6 +240,7 @@ def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_p
     else:
         shutil.rmtree(work, ignore_errors=True)
         _stage(out, work, old["format"])
+        setup["in_place"] = True  # a clean copy: HDF5 grows it, not a copy of its rows
         parts = old["parts"]
         tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     module = format_module(old["format"])

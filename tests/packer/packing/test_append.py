@@ -65,7 +65,7 @@ def test_append_merges_classes_and_refuses_or_skips_duplicate_keys(fmt, sources,
     assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
 
 
-@pytest.mark.parametrize("fmt", ["webdataset", "lmdb", "hdf5"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_killed_append_leaves_the_dataset_and_resumes(fmt, sources, tmp_path):
     old, new = sources
     class_images(tmp_path / "more", 2, 6)
