@@ -31,7 +31,7 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "out", type=Location(),
-              help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
+              help="The output (or --append DATASET): a folder, or one file for hdf5 (written as OUTPUT.partial, "
                    "renamed when complete), e.g. -o images.h5; or s3://BUCKET/PREFIX (parts "
                    "uploaded as they are done, the manifest last; endpoint and credentials "
                    "from the AWS environment, e.g. AWS_ENDPOINT_URL).")
@@ -200,7 +200,10 @@ def pack(ctx, source, out, append_to, on_duplicate, as_json, quiet, **options):
     pack_options = PackOptions(**options, progress=show_progress(quiet))
     if (out is None) == (append_to is None):
         raise click.UsageError("give -o OUTPUT (a new dataset) or --append DATASET (one to "
-                               "add to), not both")
+                               "add to), one of them")
+    if append_to is None and on_duplicate != "error":
+        raise click.UsageError("--on-duplicate is for --append DATASET: a new pack has no "
+                               "keys to meet again. Leave it out, or pass --append")
     if append_to is not None:
         return _append(source, append_to, pack_options, on_duplicate, given, as_json)
     manifest = run_pack(source, out, pack_options)

@@ -124,3 +124,18 @@ def test_verify_against_every_source_of_an_appended_dataset(sources, tmp_path):
     assert f"appended: 5 samples from {new}" in shown and "(generation 1)" in shown
     run("unpack", out, "-o", tmp_path / "back", "-q")
     assert len(list((tmp_path / "back").rglob("*.jpg"))) == 11
+
+
+def test_the_cli_takes_one_output_and_the_dataset_s_format(sources, tmp_path):
+    old, new = sources
+    out = _out(tmp_path, "lmdb")
+    run("pack", old, "--to", "lmdb", "-o", out, "-q")
+    assert "one of them" in run("pack", new, "-o", tmp_path / "x", "--append", out,
+                                expect=2).output
+    assert "one of them" in run("pack", new, expect=2).output
+    assert "--on-duplicate is for --append" in run("pack", new, "-o", tmp_path / "x",
+                                                   "--on-duplicate", "skip", expect=2).output
+    assert "leave out --to" in run("pack", new, "--append", out, "--to", "hdf5",
+                                   expect=2).output
+    assert "no such dataset" in run("pack", new, "--append", tmp_path / "none",
+                                    expect=2).output
