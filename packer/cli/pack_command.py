@@ -31,9 +31,10 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
 @click.option("-o", "--output", "out", type=Location(),
-              help="The output (or --append DATASET): a folder, or one file for hdf5 (written as OUTPUT.partial, "
-                   "renamed when complete), e.g. -o images.h5; or s3://BUCKET/PREFIX (parts "
-                   "uploaded as they are done, the manifest last; endpoint and credentials "
+              help="The output (or --append DATASET): a folder, or one file for hdf5 "
+                   "(written as OUTPUT.partial, renamed when complete), e.g. -o images.h5; "
+                   "or s3://BUCKET/PREFIX (parts uploaded as they are done, the manifest "
+                   "last; endpoint and credentials "
                    "from the AWS environment, e.g. AWS_ENDPOINT_URL).")
 @click.option("--labels", type=click.Path(path_type=Path, dir_okay=False),
               help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
