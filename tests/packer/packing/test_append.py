@@ -139,3 +139,20 @@ def test_the_cli_takes_one_output_and_the_dataset_s_format(sources, tmp_path):
                                    expect=2).output
     assert "no such dataset" in run("pack", new, "--append", tmp_path / "none",
                                     expect=2).output
+
+
+def test_append_to_an_lmdb_map_that_is_full(sources, tmp_path, monkeypatch):
+    """The dataset's map as small as its data: the append makes room for it and more."""
+    import packer.formats.lmdb as lmdb_format
+
+    monkeypatch.setattr(lmdb_format, "initial_map_size", lambda input_bytes: 64 << 10)
+    old, new = sources
+    out = _out(tmp_path, "lmdb")
+    run("pack", old, "--to", "lmdb", "-o", out, "-q")
+    run("pack", new, "--append", out, "-q", "--on-duplicate", "skip")
+    run("pack", class_images(tmp_path / "third", 4, 1), "--append", out, "-q",
+        "--on-duplicate", "skip")
+    manifest = local_manifest(out)
+    assert manifest["count"] == 12 and [a["generation"] for a in manifest["appends"]] == [1, 2]
+    assert manifest["classes"] == ["c0", "c1", "c2", "c3"]
+    assert len(_samples(out)) == 12
