@@ -139,6 +139,10 @@ def test_the_cli_takes_one_output_and_the_dataset_s_format(sources, tmp_path):
                                    expect=2).output
     assert "no such dataset" in run("pack", new, "--append", tmp_path / "none",
                                     expect=2).output
+    summary = json.loads(run("pack", new, "--append", out, "-q", "--json", "--on-duplicate",
+                             "skip").output)
+    assert summary["packed"] == 11 and summary["appended"]["count"] == 5
+    assert summary["appended"]["generation"] == 1
 
 
 def test_append_to_an_lmdb_map_that_is_full(sources, tmp_path, monkeypatch):
