@@ -97,6 +97,17 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
+def _check_sources(manifest: dict, against) -> None:
+    """A dataset appended to is compared with every source that went in, or none."""
+    given = against if isinstance(against, list) else [] if against is None else [against]
+    sources = [manifest["source"]["path"], *(a["source"] for a in manifest.get("appends", []))]
+    if given and len(given) != len(sources):
+        raise UsageProblem(f"--against: the dataset holds the samples of {len(sources)} "
+                           f"sources ({', '.join(sources)}), and {len(given)} were given; "
+                           "repeat --against for each, e.g. "
+                           + " ".join(f"--against {s}" for s in sources))
+
+
 class EachSource:
     """--against several folders (a dataset appended to): each sample compared with the
     folder that holds its file; every folder's files packed or listed as skipped."""
@@ -132,6 +143,7 @@ def verify(dataset, against: Path | list[Path] | None = None, progress: bool = T
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all).
     An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
     manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
+    _check_sources(manifest, against)
     if isinstance(against, list):
         compare = EachSource([(Path(a), _comparer(manifest, Path(a))) for a in against])
     else:

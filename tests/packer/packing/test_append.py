@@ -120,6 +120,8 @@ def test_verify_against_every_source_of_an_appended_dataset(sources, tmp_path):
     changed = json.loads(run("verify", out, "-q", "--json", "--against", old,
                              "--against", new, expect=1).output)
     assert any("c2/001.jpg" in p for p in changed["problems"])
+    one = run("verify", out, "-q", "--against", old, expect=2).output
+    assert "repeat --against for each" in one and str(new) in one
     shown = run("inspect", out).output
     assert f"appended: 5 samples from {new}" in shown and "(generation 1)" in shown
     run("unpack", out, "-o", tmp_path / "back", "-q")
