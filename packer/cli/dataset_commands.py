@@ -55,8 +55,10 @@ def inspect(dataset, cache_dir, cache_limit, as_json):
 
 @click.command()
 @click.argument("dataset", type=Location())
-@click.option("--against", type=click.Path(path_type=Path),
-              help="What the dataset was packed from: a folder (every packed file "
+@click.option("--against", type=click.Path(path_type=Path), multiple=True,
+              help="What the dataset was packed from (repeat for a dataset appended to: "
+                   "every source that went in, each sample checked against the one that "
+                   "holds its file): a folder (every packed file "
                    "bit-identical, every file packed or listed as skipped), or a table or "
                    "dump file (every sample equal to the row or record it came from), e.g. "
                    "--against ./images or --against export.csv.")
@@ -73,11 +75,13 @@ def verify(dataset, against, cache_dir, cache_limit, as_json, quiet):
       packer verify ./images-wds
       packer verify ./images.lmdb --against ./images --json
       packer verify ./export.h5 --against ./export.csv
+      packer verify ./images-wds --against ./images --against ./more   # after --append
       packer verify s3://bucket/images-wds   # parts downloaded through the cache
       packer verify s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 5GB
     """
     from packer.datasets.verify import verify as run_verify
 
+    against = (None if not against else against[0] if len(against) == 1 else list(against))
     report = run_verify(dataset, against, progress=show_progress(quiet), cache_dir=cache_dir,
                         cache_limit=cache_limit)
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json

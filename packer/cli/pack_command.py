@@ -30,10 +30,11 @@ from packer.sources.files.checks import CHECK_MODES
 @click.argument("source", type=Location())
 @click.option("--to", "to", type=click.Choice(FORMAT_NAMES), default=DEFAULT_FORMAT,
               show_default=True, help="Output format.")
-@click.option("-o", "--output", "out", type=Location(), required=True,
-              help="The output: a folder, or one file for hdf5 (written as OUTPUT.partial, "
-                   "renamed when complete), e.g. -o images.h5; or s3://BUCKET/PREFIX (parts "
-                   "uploaded as they are done, the manifest last; endpoint and credentials "
+@click.option("-o", "--output", "out", type=Location(),
+              help="The output (or --append DATASET): a folder, or one file for hdf5 "
+                   "(written as OUTPUT.partial, renamed when complete), e.g. -o images.h5; "
+                   "or s3://BUCKET/PREFIX (parts uploaded as they are done, the manifest "
+                   "last; endpoint and credentials "
                    "from the AWS environment, e.g. AWS_ENDPOINT_URL).")
 @click.option("--labels", type=click.Path(path_type=Path, dir_okay=False),
               help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
@@ -83,6 +84,15 @@ from packer.sources.files.checks import CHECK_MODES
 @click.option("--resume", is_flag=True,
               help="Continue an interrupted pack after its last complete shard.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--append", "append_to", type=Location(), metavar="DATASET",
+              help="Instead of -o: add SOURCE's samples to the packed DATASET (any format) "
+                   "as new parts, its parts untouched; classes merge by name, the manifest "
+                   "records the append; --resume finishes an interrupted one, e.g. packer "
+                   "pack ./more --append ./images-wds.")
+@click.option("--on-duplicate", type=click.Choice(["error", "skip"]), default="error",
+              show_default=True,
+              help="--append: a key already in the dataset stops the append (error), or is "
+                   "left out and listed as skipped (skip).")
 @click.option("--spec", metavar="SPEC",
               help="Binary input: a spec file (.toml) or a shipped spec ("
                    f"{', '.join(shipped_spec_names())}); SOURCE is then a "
@@ -159,7 +169,7 @@ from packer.sources.files.checks import CHECK_MODES
 @json_option
 @quiet_option
 @click.pass_context
-def pack(ctx, source, out, as_json, quiet, **options):
+def pack(ctx, source, out, append_to, on_duplicate, as_json, quiet, **options):
     """Pack SOURCE, a folder of files (or with --spec a binary dump, or a table: .csv,
     .tsv, .xlsx, .xls, .parquet), into one dataset. SOURCE may be a folder of files in
     object storage, s3://BUCKET/PREFIX: its objects are listed once and read by the
@@ -208,7 +218,16 @@ def pack(ctx, source, out, as_json, quiet, **options):
     if warning:
         click.echo(warning, err=True)
     tune_for_packing()  # this process is packer's own (packer.pack leaves it as it is)
-    manifest = run_pack(source, out, PackOptions(**options, progress=show_progress(quiet)))
+    pack_options = PackOptions(**options, progress=show_progress(quiet))
+    if (out is None) == (append_to is None):
+        raise click.UsageError("give -o OUTPUT (a new dataset) or --append DATASET (one to "
+                               "add to), one of them")
+    if append_to is None and on_duplicate != "error":
+        raise click.UsageError("--on-duplicate is for --append DATASET: a new pack has no "
+                               "keys to meet again. Leave it out, or pass --append")
+    if append_to is not None:
+        return _append(source, append_to, pack_options, on_duplicate, given, as_json)
+    manifest = run_pack(source, out, pack_options)
     if as_json:
         emit_json(pack_summary(manifest, out))
     else:
@@ -217,3 +236,17 @@ def pack(ctx, source, out, as_json, quiet, **options):
         summary = kind and kind.summary_text(manifest)
         if summary:
             click.echo(summary)
+
+
+def _append(source, dataset, options: PackOptions, on_duplicate: str, given: set,
+            as_json: bool) -> None:
+    from packer.packing.append import append_local, append_text
+
+    if given & {"to", "shard_size", "max_count", "overwrite"}:
+        raise click.UsageError("--append keeps the dataset's format and part bounds: leave "
+                               "out --to, --shard-size, --max-count and --overwrite")
+    manifest = append_local(source, dataset, options, on_duplicate)
+    if as_json:
+        emit_json({**pack_summary(manifest, dataset), "appended": manifest["appended"]})
+    else:
+        click.echo(append_text(manifest))

@@ -137,7 +137,10 @@ def inspect_text(manifest: dict, path: Path) -> str:
     lines = [f"{path}: {manifest['format']}, {plural(manifest['count'], 'sample')}, "
              f"{_mb(total)} in {plural(len(manifest['parts']), 'part')}",
              f"source: {manifest['source']['path']}, packed by {manifest['tool']} on "
-             f"{manifest['created']}", *_labels_lines(manifest)]
+             f"{manifest['created']}",
+             *(f"appended: {plural(entry['count'], 'sample')} from {entry['source']} on "
+               f"{entry['created']} (generation {entry['generation']})"
+               for entry in manifest.get("appends") or []), *_labels_lines(manifest)]
     lines += filter(None, [format_module(manifest["format"]).layout_text(manifest),
                            reencoded_text(manifest)])
     lines.append("fields:")

@@ -27,7 +27,8 @@ def manifest_info(manifest: dict, dataset) -> dict:
             "parts": manifest["parts"], "source": manifest["source"],
             "skipped": manifest["skipped"], "warnings": manifest.get("warnings") or [],
             "ignored": manifest["ignored"], "records": manifest.get("records"),
-            "transform": manifest.get("transform"), "splits": splits_info(manifest)}
+            "transform": manifest.get("transform"), "splits": splits_info(manifest),
+            "appends": manifest.get("appends") or []}
 
 
 def splits_info(manifest: dict) -> dict | None:

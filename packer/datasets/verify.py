@@ -99,6 +99,37 @@ class Reencoded:
         return self.compare.unaccounted(manifest)
 
 
+def _check_sources(manifest: dict, against) -> None:
+    """A dataset appended to is compared with every source that went in, or none."""
+    given = against if isinstance(against, list) else [] if against is None else [against]
+    sources = [manifest["source"]["path"], *(a["source"] for a in manifest.get("appends", []))]
+    if given and len(given) != len(sources):
+        raise UsageProblem(f"--against: the dataset holds the samples of {len(sources)} "
+                           f"sources ({', '.join(sources)}), and {len(given)} were given; "
+                           "repeat --against for each, e.g. "
+                           + " ".join(f"--against {s}" for s in sources))
+
+
+class EachSource:
+    """--against several folders (a dataset appended to): each sample compared with the
+    folder that holds its file; every folder's files packed or listed as skipped."""
+
+    def __init__(self, comparers: list[tuple[Path, object]]):
+        self.comparers = comparers
+
+    def check(self, sample: dict) -> list[str]:
+        field = next((n for n in sample if n not in (KEY, "cls")), None)
+        rel = restored_path(sample[KEY], field) if field else decode_key(sample[KEY])
+        for folder, compare in self.comparers:
+            if (folder / rel).exists():
+                return compare.check(sample)
+        return [f"{rel}: packed, but in none of the --against folders"]
+
+    def unaccounted(self, manifest: dict) -> list[str]:
+        return [problem for _, compare in self.comparers
+                for problem in compare.unaccounted(manifest)]
+
+
 def _manifest_problems(manifest: dict) -> list[str]:
     """A manifest sealed with its own digest that no longer matches it: edited or damaged
     after the pack (two class names swapped still pass the schema, not the digest)."""
@@ -109,12 +140,16 @@ def _manifest_problems(manifest: dict) -> list[str]:
     return []
 
 
-def verify(dataset, against: Path | None = None, progress: bool = True, cache_dir=None,
+def verify(dataset, against: Path | list[Path] | None = None, progress: bool = True, cache_dir=None,
            cache_limit=None) -> dict:
     """A report: `ok`, `count`, and `problems` (at most MAX_PROBLEMS, `problem_count` all).
     An s3:// dataset is read through the part cache (`cache_dir`, at most `cache_limit`)."""
     manifest, module, parts = parts_on_disk(dataset, cache_dir, cache_limit)
-    compare = _comparer(manifest, Path(against)) if against is not None else None
+    _check_sources(manifest, against)
+    if isinstance(against, list):
+        compare = EachSource([(Path(a), _comparer(manifest, Path(a))) for a in against])
+    else:
+        compare = _comparer(manifest, Path(against)) if against is not None else None
     if manifest.get("splits"):
         compare = leaks = LeakCheck(manifest, compare)
     problems, count = _manifest_problems(manifest), 0

@@ -140,11 +140,16 @@ class LmdbWriter(Writer):
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def truncate(self, count: int) -> None:
-        with self.env.begin(write=True) as txn:
-            cursor = txn.cursor()
-            if cursor.set_range(sample_key(count)):
-                while cursor.key() != META_KEY and cursor.delete():
-                    pass
+        while True:  # a delete takes pages too: the map doubles when full, as in _commit
+            try:
+                with self.env.begin(write=True) as txn:
+                    cursor = txn.cursor()
+                    if cursor.set_range(sample_key(count)):  # the meta too: `finish` writes it
+                        while cursor.delete():
+                            pass
+                return
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def finish(self, manifest: dict) -> None:
         meta = {"count": manifest["count"], "classes": manifest["classes"],

@@ -104,7 +104,8 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
 
 # Options of every pack, whatever the source and the format.
 EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "overwrite",
-                        "spec", "as_json", "quiet", "split", "split_seed", "dedupe"})
+                        "spec", "as_json", "quiet", "split", "split_seed", "dedupe",
+                        "append_to", "on_duplicate"})
 # Bounds of a part, which a format reads or not (its PACK_OPTIONS): given to a format that
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})

@@ -70,7 +70,8 @@ class Hdf5Writer(Writer):
         super().__init__(folder, setup, max_part_bytes, max_part_count)
         path, self.records = folder / FILE_NAME, setup.get("records")
         self.interrupted = folder / INTERRUPTED_NAME
-        if path.exists() and not self.records:  # a resumed run: see truncate
+        in_place = setup.get("in_place")  # a whole dataset's copy, grown (an append)
+        if path.exists() and not self.records and not in_place:  # a resumed run: truncate
             if self.interrupted.exists():  # left by a resume stopped while copying
                 path.unlink()
             else:
@@ -88,6 +89,8 @@ class Hdf5Writer(Writer):
             self._fd = self._open_records()
         elif self.names[self.columns[0]] not in self.file:
             self._create()
+        if in_place:
+            self.file.attrs["classes"] = setup.get("classes") or []
 
     def _dataset(self, name: str) -> h5py.Dataset:
         """The field's dataset, opened once for all the writes."""

@@ -359,3 +359,15 @@ def test_damaged_split_fields_are_one_message(tmp_path):
         for command in (["inspect", out], ["view", out, "-o", tmp_path / "v.html", "-q"]):
             output = run(*command, expect=1).output
             assert "the manifest is damaged" in output and said in output
+
+
+def test_an_append_never_leaves_samples_outside_the_splits(tmp_path):
+    source = class_images(tmp_path / "src", 2, 5)
+    more = class_images(tmp_path / "more", 2, 2)
+    run("pack", source, "-o", tmp_path / "split", "--split", "train=0.6,val=0.4", "-q")
+    run("pack", source, "-o", tmp_path / "plain", "-q")
+    said = run("pack", more, "--append", tmp_path / "split", "-q", expect=2).output
+    assert "its samples were split when packed (train, val)" in said
+    said = run("pack", more, "--append", tmp_path / "plain", "--dedupe", "-q", expect=2).output
+    assert "an append adds samples to no split" in said
+    assert packer.load_manifest(tmp_path / "plain")["count"] == 10
