@@ -77,7 +77,8 @@ class Format(Protocol):
         file first (what a reader from object storage downloads to read the part);
         none where all parts share the dataset's files (those are downloaded whole).
         A format may also give `optional_part_files(part)`: files downloaded with the
-        part where the store has them (a shard's saved index)."""
+        part where the store has them (a shard's saved index); and `part_keys(path,
+        manifest, part)`: a part's keys without its data (what an append checks)."""
 
     def verify_part(self, path: Path, manifest: dict, part: dict, name: str,
                     compare) -> tuple[list[str], int]:

@@ -197,8 +197,12 @@ def merged_classes(old: list | None, new: list | None) -> tuple[list | None, lis
 
 
 def existing_keys(out: Path, manifest: dict) -> list[str]:
-    """Every key of the dataset, read part by part."""
+    """Every key of the dataset, part by part: from the keys alone where the format can
+    give them (its `part_keys`), else from its samples."""
     module = format_module(manifest["format"])
+    if hasattr(module, "part_keys"):
+        return [key for part in manifest["parts"] for key in module.part_keys(out, manifest,
+                                                                              part)]
     return [sample[KEY] for part in manifest["parts"]
             for sample in module.read_part(out, manifest, part)]
 

@@ -108,6 +108,15 @@ def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
     return reader(path, manifest).read_part(part, _RUN)
 
 
+def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
+    """A part's keys, from the key dataset alone (what an append checks)."""
+    part_reader = reader(path, manifest)
+    try:
+        return part_reader.keys(part["first"], part["count"])
+    finally:
+        part_reader.close()
+
+
 _HEAPS_CHECKED: set[tuple] = set()
 
 

@@ -84,17 +84,19 @@ class Reader(ProcessReader):
                                f"{self.path}` says where; restore it from a copy or pack "
                                "the source again") from None
 
+    def keys(self, first: int, count: int) -> list[str]:
+        """The keys of `count` samples from `first`, no data read."""
+        if self.records or self.names[KEY] is None:  # samples keyed by their index
+            return index_keys(first, count)
+        keys = self._dataset(self.names[KEY])[first:first + count]
+        if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
+            return [index_key(i) for i in keys.tolist()]
+        return [key.decode("utf-8") for key in keys]
+
     def _read(self, first: int, count: int) -> list[dict]:
         if self.records:
             return self._read_records(first, count)
-        if self.names[KEY] is None:  # samples keyed by their index
-            keys = index_keys(first, count)
-        else:
-            keys = self._dataset(self.names[KEY])[first:first + count]
-            if keys.dtype.kind in "iu":  # an int64 key dataset, as earlier versions wrote
-                keys = [index_key(i) for i in keys.tolist()]
-            else:
-                keys = [key.decode("utf-8") for key in keys]
+        keys = self.keys(first, count)
         columns = [(name, spec["dtype"], self._dataset(self.names[name])[first:first + count])
                    for name, spec in self.fields.items()]
         samples = []

@@ -192,6 +192,14 @@ def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
     return Reader([str(Path(path) / part["name"])], int_fields(manifest)).read_part(0)
 
 
+def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
+    """A shard's keys from its index (saved beside it, or its headers read): no member's
+    data is read (what an append checks)."""
+    from packer.formats.webdataset.tarindex import Reader
+
+    return Reader([str(Path(path) / part["name"])], digests=[part.get("sha256")]).index(0).keys
+
+
 def int_fields(manifest: dict) -> set[str]:
     """Fields stored as decimal text (`cls`); an int64 `.npy` field is an array."""
     return {n for n, f in manifest["fields"].items()
