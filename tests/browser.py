@@ -1,11 +1,16 @@
-"""A real browser for the HTML pages' tests: Debian's chromium, headless, driven by
-Selenium through chromium-driver (`.ci/run` installs both), and the checks that every
-page passes in it."""
+"""Real browsers for the HTML pages' tests: Debian's chromium, headless, driven by
+Selenium through chromium-driver, and the checks that every page passes in it; and
+Debian's Firefox (ESR), headless, which draws a page through its own --screenshot (no
+driver: geckodriver is no Debian package). `.ci/run` installs all three."""
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -13,6 +18,21 @@ needs_chromium = pytest.mark.skipif(
     not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
     reason="needs Debian's chromium and chromium-driver (apt-get install chromium "
            "chromium-driver); .ci/run installs them")
+
+
+FIREFOX = shutil.which("firefox") or "/usr/bin/firefox"
+needs_firefox = pytest.mark.skipif(
+    not Path(FIREFOX).exists(),
+    reason="needs Debian's firefox-esr (apt-get install firefox-esr); .ci/run installs it")
+
+
+def firefox_drawing(page: Path, out: Path) -> np.ndarray:
+    """The page as headless Firefox draws it (1280 px wide), as grey levels; Firefox's
+    profile and cache go in `out`'s folder."""
+    subprocess.run([FIREFOX, "--headless", "--window-size=1280,1600", "--screenshot",
+                    str(out), page.as_uri()], env={**os.environ, "HOME": str(out.parent)},
+                   capture_output=True, timeout=180, check=True)
+    return np.asarray(Image.open(out).convert("L"))
 
 
 @pytest.fixture

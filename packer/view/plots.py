@@ -39,7 +39,8 @@ def class_chart(names: list[str], counts: list[int], title: str,
         axes.annotate(f"{count:,}", (count, position), xytext=(3, 0),
                       textcoords="offset points", va="center", fontsize=8)
     if splits:
-        axes.legend(loc="lower right", fontsize=8, title="split", title_fontsize=8)
+        axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, title="split",
+                    title_fontsize=8)  # beside the bars, never over them
     axes.set_yticks(positions, names if len(names) <= 60 else [""] * len(names), fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("samples")

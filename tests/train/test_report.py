@@ -5,7 +5,14 @@ import re
 import shutil
 
 import pytest
-from browser import console_errors, needs_chromium, opens_its_detail, undecoded_images
+from browser import (
+    console_errors,
+    firefox_drawing,
+    needs_chromium,
+    needs_firefox,
+    opens_its_detail,
+    undecoded_images,
+)
 from click.testing import CliRunner
 
 from conftest import ROOT, colour_images
@@ -108,6 +115,13 @@ def test_a_folder_that_is_not_a_finished_run_is_one_message(run, tmp_path):
     output = train("report", copy, expect=1)
     assert f"{copy / 'metrics.jsonl'}, line 1: not valid JSON" in output
     assert "Traceback" not in output
+
+
+@needs_firefox
+def test_report_in_firefox(run, tmp_path):
+    drawn = firefox_drawing(run / "run" / "report.html", tmp_path / "firefox.png")
+    rows = drawn.std(axis=1) > 10
+    assert drawn.shape == (1600, 1280) and rows.mean() > 0.3
 
 
 @needs_chromium

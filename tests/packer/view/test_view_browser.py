@@ -1,14 +1,32 @@
-"""The `packer view` page in a real browser: Debian's chromium, headless, driven by
-Selenium through chromium-driver, loading the page from disk."""
+"""The `packer view` page in real browsers: Debian's chromium, headless, driven by
+Selenium through chromium-driver, loading the page from disk; and Firefox drawing it."""
 
-from browser import console_errors, needs_chromium, opens_its_detail, undecoded_images
+from browser import (
+    console_errors,
+    firefox_drawing,
+    needs_chromium,
+    needs_firefox,
+    opens_its_detail,
+    undecoded_images,
+)
 from view_pages import planted_folder
 
 from conftest import run
 
-pytestmark = needs_chromium
+
+@needs_firefox
+def test_page_in_firefox(tmp_path):
+    source = planted_folder(tmp_path / "images")
+    run("pack", source, "-o", tmp_path / "wds", "-q", "--split", "train=0.5,val=0.5")
+    page = tmp_path / "view.html"
+    run("view", tmp_path / "wds", "-o", page, "-q")
+    drawn = firefox_drawing(page, tmp_path / "firefox.png")
+    assert drawn.shape == (1600, 1280)
+    rows = drawn.std(axis=1) > 10  # rows with text, charts or thumbnails on them
+    assert rows.mean() > 0.3 and rows[-400:].any()  # drawn down the page, not blank
 
 
+@needs_chromium
 def test_page_in_chromium(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
