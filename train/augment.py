@@ -34,9 +34,10 @@ POLICIES = {"light": Policy(0.8, False, 0.1), "flip": Policy(0.8, True, 0.1),
 
 
 def augment_images(images: torch.Tensor, generator: torch.Generator,
-                   policy: str = "light") -> torch.Tensor:
+                   policy: str = "light", span: float = 1.0) -> torch.Tensor:
     """The batch under `policy`, drawn from `generator` (on the CPU, so the draws are
-    the same on every device)."""
+    the same on every device). `span`: how wide the pixel range (black to white) is in
+    the normalised images, so that a brightness shift of 10% is a tenth of it."""
     if policy == "none":
         return images
     rule, count = POLICIES[policy], images.shape[0]
@@ -54,7 +55,7 @@ def augment_images(images: torch.Tensor, generator: torch.Generator,
     grid = F.affine_grid(theta, list(images.shape), align_corners=False)
     images = F.grid_sample(images, grid.to(images.dtype), mode="bilinear",
                            padding_mode="reflection", align_corners=False)
-    brightness = uniform(-rule.jitter, rule.jitter).view(-1, 1, 1, 1)
+    brightness = (uniform(-rule.jitter, rule.jitter) * span).view(-1, 1, 1, 1)
     contrast = uniform(1 - rule.jitter, 1 + rule.jitter).view(-1, 1, 1, 1)
     mean = images.mean(dim=(1, 2, 3), keepdim=True)
     return (images - mean) * contrast + mean + brightness

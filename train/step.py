@@ -11,6 +11,7 @@ from torch import nn
 
 from train import ema
 from train.augment import augment_images, mix
+from train.inputs import IMAGE_STD
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -32,13 +33,20 @@ def set_seed(seed: int, epoch: int | None = None) -> torch.Generator:
     return torch.Generator().manual_seed(number)
 
 
+def pixel_span(info) -> float:
+    """Black to white in the normalised images: 1 / std (the mean of the channels')."""
+    stats = info.model_input or info.stats or {"std": [IMAGE_STD]}
+    stds = stats["std"] if isinstance(stats["std"], list) else [stats["std"]]
+    return len(stds) / sum(stds)
+
+
 def training_batch(run, inputs: torch.Tensor, targets: torch.Tensor,
                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch as training sees it: augmented images, then MixUp/CutMix (whose
     targets are class probabilities)."""
     config, info = run.config, run.info
     if info.kind == "image":
-        inputs = augment_images(inputs, generator, config.augment)
+        inputs = augment_images(inputs, generator, config.augment, pixel_span(info))
     if config.mixup or config.cutmix:
         if info.task == "classify":
             targets = F.one_hot(targets, info.num_outputs).float()

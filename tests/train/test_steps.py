@@ -75,3 +75,13 @@ def test_lr_find_sweeps_from_1e_6_to_10(table, tmp_path):
     rates = json.loads((tmp_path / "lr" / "lr_find.json").read_text())["lrs"]
     assert rates[0] == pytest.approx(1e-6)
     assert rates[1] / rates[0] == pytest.approx(10 ** (7 / 14))  # seven decades in 14 steps
+
+
+def test_brightness_moves_by_a_tenth_of_the_pixel_range_as_the_help_says():
+    from train.augment import augment_images
+    from train.inputs import IMAGE_MEAN, IMAGE_STD
+
+    grey = torch.full((256, 3, 8, 8), (0.5 - IMAGE_MEAN) / IMAGE_STD)  # flat: no contrast
+    out = augment_images(grey, torch.Generator().manual_seed(0), "light", 1 / IMAGE_STD)
+    shift = (out.mean(dim=(1, 2, 3)) - grey[0, 0, 0, 0]) * IMAGE_STD  # in pixel range
+    assert shift.abs().max() <= 0.1 + 1e-6 and shift.abs().max() > 0.09
