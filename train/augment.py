@@ -7,6 +7,14 @@ Policies (`--augment`), drawn per image:
             flipped digit or letter is another symbol), brightness and contrast +-10%
     flip    light, and a horizontal flip half of the time
     strong  a crop keeping 50 to 100%, flips, brightness and contrast +-20%
+    randaugment, trivialaugment
+            torchvision.transforms.v2's RandAugment (two of its 14 operations at
+            magnitude 9) and TrivialAugmentWide (one, at a random magnitude): rotations,
+            shears, colour, posterize, solarize ... drawn per image, on the images
+            mapped back to [0, 1], seeded from the run's generator
+
+`--random-erasing P` then blanks a random box of each image with probability P
+(torchvision's RandomErasing, the box set to the mean: CutOut).
 
 MixUp and CutMix (`--mixup ALPHA`, `--cutmix ALPHA`) mix each batch with itself in a
 shuffled order: with lam drawn from Beta(ALPHA, ALPHA), inputs become lam * own +
@@ -33,14 +41,50 @@ POLICIES = {"light": Policy(0.8, False, 0.1), "flip": Policy(0.8, True, 0.1),
             "strong": Policy(0.5, True, 0.2)}
 
 
-def augment_images(images: torch.Tensor, generator: torch.Generator,
-                   policy: str = "light", span: float = 1.0) -> torch.Tensor:
-    """The batch under `policy`, drawn from `generator` (on the CPU, so the draws are
-    the same on every device). `span`: how wide the pixel range (black to white) is in
-    the normalised images, so that a brightness shift of 10% is a tenth of it."""
-    if policy == "none":
-        return images
-    rule, count = POLICIES[policy], images.shape[0]
+LIBRARY = ("randaugment", "trivialaugment")  # torchvision.transforms.v2's, drawn per image
+
+
+def augment_images(images: torch.Tensor, generator: torch.Generator, policy: str = "light",
+                   norm: tuple = ((0.0,), (1.0,)), erasing: float = 0.0) -> torch.Tensor:
+    """The batch under `policy`, then `--random-erasing`, drawn from `generator` (on the
+    CPU, so the draws are the same on every device). `norm`: the (mean, std) per channel
+    that normalised the images from [0, 1], so that a brightness shift of 10% is a tenth
+    of the pixel range, and the library's policies see pixels."""
+    mean, std = (torch.tensor(values, dtype=images.dtype, device=images.device)
+                 .view(1, -1, 1, 1) for values in norm)
+    if policy in LIBRARY:
+        images = _per_image(images, generator, _library_policy(policy), mean, std)
+    elif policy != "none":
+        images = _affine_jitter(images, generator, POLICIES[policy], float(1 / std.mean()))
+    if erasing:
+        from torchvision.transforms import v2
+
+        images = _per_image(images, generator, v2.RandomErasing(p=erasing), None, None)
+    return images
+
+
+def _library_policy(policy: str):
+    from torchvision.transforms import v2
+
+    return v2.RandAugment() if policy == "randaugment" else v2.TrivialAugmentWide()
+
+
+def _per_image(images: torch.Tensor, generator: torch.Generator, transform, mean, std):
+    """`transform` drawn for each image (on [0, 1] pixels when `mean` is given), from
+    torch's generator seeded by `generator` and put back as it was."""
+    pixels = images if mean is None else (images * std + mean).clamp(0, 1)
+    seed = int(torch.randint(2 ** 31, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        out = torch.stack([transform(image) for image in pixels])
+    return out if mean is None else (out - mean) / std
+
+
+def _affine_jitter(images: torch.Tensor, generator: torch.Generator, rule: Policy,
+                   span: float) -> torch.Tensor:
+    """Crop (and flip) by one affine grid per image, then brightness (a share of the
+    pixel range `span`) and contrast."""
+    count = images.shape[0]
 
     def uniform(low: float, high: float) -> torch.Tensor:
         values = torch.rand(count, generator=generator) * (high - low) + low

@@ -158,7 +158,13 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                  "without a better validation score; the best epoch's weights are kept."
                  + AUTO),
     "augment": (None, "Image augmentation on the device: light (crops keeping 80% or more, "
-                      "brightness/contrast; no flips), flip (light and flips), strong, none."),
+                      "brightness/contrast +-10%; no flips), flip (light and flips), strong "
+                      "(crops keeping 50%, flips, +-20%), randaugment or trivialaugment "
+                      "(torchvision's policies, drawn per image), none; e.g. --augment "
+                      "trivialaugment."),
+    "random_erasing": (click.FloatRange(0, 1), "Images: blank a random box of each training "
+                                               "image with this chance (CutOut), e.g. "
+                                               "--random-erasing 0.25 (0: off)."),
     "seed": (click.IntRange(min=0), "Seed for the data order, augmentation and "
                                     "initialisation."),
     "weights": (str, "Start from a weights file and fine-tune: a checkpoint train wrote, a "
@@ -196,7 +202,7 @@ _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp"
 DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs", "batch_size",
         "workers", "cache_dir", "cache_limit", "device", "seed")
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
-AUGMENT = ("augment", "mixup", "cutmix")
+AUGMENT = ("augment", "random_erasing", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",

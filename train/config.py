@@ -10,7 +10,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "step", "plateau", "constant")
 AMP_MODES = ("auto", "bf16", "fp16", "off")
 DEVICES = ("auto", "cpu", "cuda")
-AUGMENTS = ("none", "light", "flip", "strong")
+AUGMENTS = ("none", "light", "flip", "strong", "randaugment", "trivialaugment")
 NORMS = ("auto", "batch", "group")
 CACHES = ("auto", "ram", "off")
 LOSSES = ("auto", "mse", "l1", "focal")
@@ -64,6 +64,7 @@ class TrainConfig:
     patience: int | None = None
     monitor: str = "auto"  # the metric of the best epoch and early stopping (train.monitor)
     augment: str = "light"
+    random_erasing: float = 0.0  # the chance of a box of each training image blanked
     seed: int = 0
     deterministic: bool = False  # the same weights whatever --workers and --cache
     weights: str | None = None

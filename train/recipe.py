@@ -71,6 +71,9 @@ def refuse_inapplicable(config: TrainConfig, info: DataInfo) -> None:
     if (config.mixup or config.cutmix) and info.task == "regress":
         raise PackerError("--mixup and --cutmix mix class targets; this is a regression "
                           "task (leave them at 0)")
+    if config.random_erasing and info.kind != "image":
+        raise PackerError(f"--random-erasing blanks a box of an image; these samples hold "
+                          f"{info.kind} data")
     if config.cutmix and info.kind != "image":
         raise PackerError(f"--cutmix pastes a box of an image into another; these samples "
                           f"hold {info.kind} data (--mixup mixes any input)")

@@ -11,7 +11,7 @@ from torch import nn
 
 from train import ema
 from train.augment import augment_images, mix
-from train.inputs import IMAGE_STD
+from train.inputs import IMAGE_MEAN, IMAGE_STD
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -33,11 +33,11 @@ def set_seed(seed: int, epoch: int | None = None) -> torch.Generator:
     return torch.Generator().manual_seed(number)
 
 
-def pixel_span(info) -> float:
-    """Black to white in the normalised images: 1 / std (the mean of the channels')."""
-    stats = info.model_input or info.stats or {"std": [IMAGE_STD]}
-    stds = stats["std"] if isinstance(stats["std"], list) else [stats["std"]]
-    return len(stds) / sum(stds)
+def normalisation(info) -> tuple[list, list]:
+    """The (mean, std) per channel that made the model's input images from [0, 1]."""
+    stats = info.model_input or info.stats or {"mean": [IMAGE_MEAN], "std": [IMAGE_STD]}
+    return tuple(value if isinstance(value, list) else [value]
+                 for value in (stats["mean"], stats["std"]))
 
 
 def training_batch(run, inputs: torch.Tensor, targets: torch.Tensor,
@@ -46,7 +46,8 @@ def training_batch(run, inputs: torch.Tensor, targets: torch.Tensor,
     targets are class probabilities)."""
     config, info = run.config, run.info
     if info.kind == "image":
-        inputs = augment_images(inputs, generator, config.augment, pixel_span(info))
+        inputs = augment_images(inputs, generator, config.augment, normalisation(info),
+                                config.random_erasing)
     if config.mixup or config.cutmix:
         if info.task == "classify":
             targets = F.one_hot(targets, info.num_outputs).float()

@@ -82,6 +82,60 @@ def test_brightness_moves_by_a_tenth_of_the_pixel_range_as_the_help_says():
     from train.inputs import IMAGE_MEAN, IMAGE_STD
 
     grey = torch.full((256, 3, 8, 8), (0.5 - IMAGE_MEAN) / IMAGE_STD)  # flat: no contrast
-    out = augment_images(grey, torch.Generator().manual_seed(0), "light", 1 / IMAGE_STD)
+    out = augment_images(grey, torch.Generator().manual_seed(0), "light",
+                         ((IMAGE_MEAN,), (IMAGE_STD,)))
     shift = (out.mean(dim=(1, 2, 3)) - grey[0, 0, 0, 0]) * IMAGE_STD  # in pixel range
     assert shift.abs().max() <= 0.1 + 1e-6 and shift.abs().max() > 0.09
+
+
+@pytest.mark.parametrize("policy", ["randaugment", "trivialaugment"])
+def test_library_policies_draw_per_image_from_the_run_seed(policy):
+    from train.augment import augment_images
+    from train.inputs import IMAGE_MEAN, IMAGE_STD
+
+    norm = ((IMAGE_MEAN,), (IMAGE_STD,))
+    images = (torch.rand(32, 3, 16, 16) - IMAGE_MEAN) / IMAGE_STD
+    first = augment_images(images, torch.Generator().manual_seed(3), policy, norm)
+    again = augment_images(images, torch.Generator().manual_seed(3), policy, norm)
+    other = augment_images(images, torch.Generator().manual_seed(4), policy, norm)
+    assert first.shape == images.shape and torch.equal(first, again)
+    assert not torch.equal(first, other)
+    changed = [not torch.equal(a, b) for a, b in zip(first, images, strict=True)]
+    assert 0 < sum(changed)  # drawn per image: not one operation for the whole batch
+    differences = {round(float((a - b).abs().mean()), 4) for a, b in zip(first, images,
+                                                                          strict=True)}
+    assert len(differences) > 4
+    state = torch.random.get_rng_state()
+    augment_images(images, torch.Generator().manual_seed(3), policy, norm)
+    assert torch.equal(state, torch.random.get_rng_state())  # torch's own draws untouched
+
+
+def test_random_erasing_blanks_a_box_of_each_image_at_its_chance():
+    from train.augment import augment_images
+
+    images = torch.ones(16, 3, 16, 16)
+    erased = augment_images(images, torch.Generator().manual_seed(0), "none", erasing=1.0)
+    assert all(0 < (image != 1).float().mean() < 1 for image in erased)
+    kept = augment_images(images, torch.Generator().manual_seed(0), "none", erasing=0.0)
+    assert torch.equal(kept, images)
+
+
+def test_a_library_policy_trains_and_shows_on_the_check_grid(tmp_path):
+    from conftest import colour_images
+
+    colour_images(tmp_path / "images", [(200, 30, 30), (30, 200, 30)], 12, 20)
+    packer_run("pack", tmp_path / "images", "-o", tmp_path / "wds", "-q")
+    common = ["--image-size", "16", "--batch-size", "8", "--workers", "0"]
+    train("fit", tmp_path / "wds", "--out", tmp_path / "run", "--epochs", "1", "--augment",
+          "trivialaugment", "--random-erasing", "0.5", *common)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs_run"] == 1
+    said = train("check", tmp_path / "wds", "--out", tmp_path / "check", "--augment",
+                 "randaugment", *common)
+    assert (tmp_path / "check" / "check_augmented.png").stat().st_size > 1000
+    assert "Traceback" not in said
+
+
+def test_random_erasing_is_refused_where_there_is_no_image(table, tmp_path):
+    result = CliRunner().invoke(cli, ["fit", str(table), "--out", str(tmp_path / "r"),
+                                      "--random-erasing", "0.5", *FIXED])
+    assert result.exit_code == 1 and "--random-erasing blanks a box of an image" in result.output
