@@ -162,6 +162,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "(crops keeping 50%, flips, +-20%), randaugment or trivialaugment "
                       "(torchvision's policies, drawn per image), none; e.g. --augment "
                       "trivialaugment."),
+    "log_every": (click.IntRange(min=0), "Also log every Nth optimizer step's loss and "
+                                         "learning rate (warm-up included) to metrics.jsonl "
+                                         "(records with a step) and TensorBoard, e.g. "
+                                         "--log-every 50 (0: each epoch only)."),
     "random_erasing": (click.FloatRange(0, 1), "Images: blank a random box of each training "
                                                "image with this chance (CutOut), e.g. "
                                                "--random-erasing 0.25 (0: off)."),
@@ -207,7 +211,8 @@ OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weig
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
 FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",
        "warmup_epochs", "step_epochs", "clip_grad", "accumulate", "ema", "ema_decay", "amp",
-       "channels_last", "cache", "patience", "monitor", "deterministic", "resume")
+       "channels_last", "cache", "patience", "monitor", "deterministic", "log_every",
+       "resume")
 
 
 def config_options(*names: str):

@@ -65,6 +65,7 @@ class TrainConfig:
     monitor: str = "auto"  # the metric of the best epoch and early stopping (train.monitor)
     augment: str = "light"
     random_erasing: float = 0.0  # the chance of a box of each training image blanked
+    log_every: int = 0  # log every Nth step's loss and lr (0: epochs only)
     seed: int = 0
     deterministic: bool = False  # the same weights whatever --workers and --cache
     weights: str | None = None

@@ -30,8 +30,9 @@ from train.step import (
 
 
 def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
-                steps: int) -> dict:
-    """One pass; returns the mean loss, samples/s and the share of time spent waiting."""
+                steps: int, on_step=None) -> dict:
+    """One pass; returns the mean loss, samples/s and the share of time spent waiting.
+    `on_step(step of the epoch, loss)` is called after each step."""
     config = run.config
     finetune.train_mode(run)
     total_loss, samples, waited = 0.0, 0, 0.0
@@ -53,6 +54,8 @@ def train_epoch(run: Run, batches, epoch: int, generator: torch.Generator,
                                              "training loss")) from None
         total_loss += loss * targets.shape[0]
         samples += targets.shape[0]
+        if on_step is not None:
+            on_step(step, loss)
         bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
         mark = time.perf_counter()
     if samples and (step + 1) % config.accumulate:
@@ -166,6 +169,27 @@ def _other_model_text(run: Run, state: dict, err: Exception) -> str:
             f"({detail}); resume with the options of that run, or train into a new --out")
 
 
+def _step_logger(run: Run, writer, epoch: int, steps: int):
+    """--log-every N: every Nth step's loss and learning rate (warm-up included), in
+    metrics.jsonl (records with a `step`) and TensorBoard; None when off."""
+    every = run.config.log_every
+    if not every or not run.main:
+        return None
+
+    def logged(step: int, loss: float) -> None:
+        number = epoch * steps + step + 1  # steps since the run began
+        if number % every == 0:
+            record = {"step": number, "epoch": epoch + 1, "loss": loss,
+                      "lr": run.optimizer.param_groups[0]["lr"]}
+            with open(run.out / "metrics.jsonl", "a", encoding="utf-8") as file:
+                file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
+            if writer is not None:
+                writer.add_scalar("step/loss", loss, number)
+                writer.add_scalar("step/lr", record["lr"], number)
+
+    return logged
+
+
 def _log(run: Run, writer, record: dict) -> None:
     with open(run.out / "metrics.jsonl", "a", encoding="utf-8") as file:
         file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
@@ -207,7 +231,8 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
         phase = finetune.enter_epoch(run, epoch, first=epoch == start)
         if phase and run.main:
             print(phase, flush=True)
-        train = train_epoch(run, data.epoch(epoch, generator), epoch, generator, data.steps)
+        train = train_epoch(run, data.epoch(epoch, generator), epoch, generator, data.steps,
+                            _step_logger(run, writer, epoch, data.steps))
         val = evaluate(run, data.val()) if data.val_loader else None
         val_ema = evaluate(run, data.val(), run.ema.module) if run.ema and val else None
         broken = _broken(run, val)
@@ -278,8 +303,8 @@ def _epoch_line(record: dict) -> str:
 
 
 def _finish(run: Run, writer, best_epoch: int, choices: list, stale: int) -> dict:
-    lines = [json.loads(line) for line in (run.out / "metrics.jsonl").read_text().splitlines()
-             ] if run.main else []
+    lines = [record for record in map(json.loads, (run.out / "metrics.jsonl").read_text()
+                                      .splitlines()) if "step" not in record] if run.main else []
     best = next((r for r in lines if r["epoch"] == best_epoch + 1), lines[-1] if lines else {})
     epochs = max(len(lines), 1)
     stopped = run.config.patience is not None and stale >= run.config.patience and \

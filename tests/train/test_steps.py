@@ -139,3 +139,16 @@ def test_random_erasing_is_refused_where_there_is_no_image(table, tmp_path):
     result = CliRunner().invoke(cli, ["fit", str(table), "--out", str(tmp_path / "r"),
                                       "--random-erasing", "0.5", *FIXED])
     assert result.exit_code == 1 and "--random-erasing blanks a box of an image" in result.output
+
+
+def test_log_every_writes_step_records_beside_the_epochs(table, tmp_path):
+    train("fit", table, "--out", tmp_path / "run", "--batch-size", "32", "--log-every", "3",
+          *FIXED)
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "step" in r]
+    epochs = [r for r in records if "step" not in r]
+    assert [r["step"] for r in steps] == [3, 6] and len(epochs) == 2  # 4 steps an epoch
+    assert all(set(r) == {"step", "epoch", "loss", "lr"} for r in steps)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epochs_run"] == 2
