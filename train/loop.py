@@ -200,6 +200,24 @@ def _log(run: Run, writer, record: dict) -> None:
             if isinstance(value, int | float):
                 writer.add_scalar(f"{side}/{name}", value, record["epoch"])
     writer.add_scalar("lr", record["lr"], record["epoch"])
+    _log_classes(writer, record.get("val") or {}, record["epoch"])
+
+
+def _log_classes(writer, val: dict, epoch: int) -> None:
+    """Per class (or label) precision, recall and F1 as scalars, and the confusion matrix
+    as a table, in TensorBoard."""
+    for kind in ("per_class", "per_label"):
+        for name, scores in (val.get(kind) or {}).items():
+            for metric in ("precision", "recall", "f1", "ap"):
+                if scores.get(metric) is not None:
+                    writer.add_scalar(f"val_{kind}/{name}/{metric}", scores[metric], epoch)
+    if "confusion" in val:
+        names = list(val["per_class"])
+        rows = ["| true \\ predicted | " + " | ".join(names) + " |",
+                "|" + " --- |" * (len(names) + 1)]
+        rows += [f"| {name} | " + " | ".join(map(str, row)) + " |"
+                 for name, row in zip(names, val["confusion"], strict=True)]
+        writer.add_text("val/confusion", "\n".join(rows), epoch)
 
 
 def fit(config: TrainConfig) -> dict:

@@ -152,3 +152,17 @@ def test_log_every_writes_step_records_beside_the_epochs(table, tmp_path):
     assert all(set(r) == {"step", "epoch", "loss", "lr"} for r in steps)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["epochs_run"] == 2
+
+
+def test_tensorboard_holds_per_class_scores_and_the_confusion(table, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train("fit", table, "--out", tmp_path / "run", "--batch-size", "32", *FIXED,
+          "--val-split", "0.25")
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"),
+                              size_guidance={"tensors": 0}).Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"val_per_class/pos/f1", "val_per_class/neg/recall", "lr"} <= scalars
+    [text] = [tag for tag in events.Tags()["tensors"] if tag.startswith("val/confusion")]
+    table_text = events.Tensors(text)[0].tensor_proto.string_val[0].decode()
+    assert "predicted | neg | pos |" in table_text and table_text.count("\n") == 3
