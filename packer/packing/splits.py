@@ -194,7 +194,25 @@ def splits_entry(keys: list[str], labels: list, contents: list[bytes], classes,
     else:
         return None
     entry = manifest_entry(names, split, labels, classes, keys, contents, settings)
-    return {**entry, "notes": _notes(entry, options)}
+    return {**entry, "notes": _notes(entry, options) + _folder_notes(folders or [])}
+
+
+def _folder_notes(folders: list[str]) -> list[str]:
+    """Split folders that a reader would take for one split: names that differ only in
+    case (Train/, train/), or two names for validation (val/, valid/)."""
+    notes, lowered = [], [name.lower() for name in folders]
+    for name in sorted(set(lowered)):
+        same = [folder for folder in folders if folder.lower() == name]
+        if len(same) > 1:
+            notes.append(f"the split folders {' and '.join(same)} differ only in case: they "
+                         "are separate splits; rename one to join them")
+    validation = [folder for folder, low in zip(folders, lowered, strict=True)
+                  if low in ("val", "valid", "validation", "dev")]
+    if len({name.lower() for name in validation}) > 1:
+        notes.append(f"the split folders {', '.join(validation)} all hold validation samples, "
+                     "as separate splits; train fit validates on the first of val, valid, "
+                     "validation, dev (or --val-split-name)")
+    return notes
 
 
 def _notes(entry: dict, options) -> list[str]:

@@ -41,9 +41,9 @@ class Order:
     """The sequence of one dataset's units for an epoch (plan.units)."""
 
     def __init__(self, part_counts: list[int], unit: int | None, shuffle: bool, seed: int,
-                 holdout=None, ranges: list | None = None):
+                 holdout=None, ranges: list | None = None, split: str | None = None):
         self.part_counts, self.unit, self.shuffle, self.seed = part_counts, unit, shuffle, seed
-        self.holdout, self.ranges, self._identity = holdout, ranges, None
+        self.holdout, self.ranges, self.split, self._identity = holdout, ranges, split, None
         self.total = sum(run.count for run in self.units(0, shuffled=False))
 
     def units(self, epoch: int, shuffled: bool = True) -> list[Segment]:
@@ -52,7 +52,8 @@ class Order:
 
     def describe(self) -> str:
         """How a state names the dataset this order is of, in a refusal."""
-        return (f"{self.total:,} samples in {len(self.part_counts):,} parts, units of "
+        split = f"split {self.split!r}, " if self.split is not None else ""
+        return (f"{split}{self.total:,} samples in {len(self.part_counts):,} parts, units of "
                 f"{self.unit or 'whole parts'}, shuffle={self.shuffle}")
 
     def identity(self) -> str:

@@ -94,7 +94,7 @@ class PackedDataset(EpochProgress, IterableDataset):
         if holdout and self.unit:  # units small enough that the held-out side gets 16 or more
             self.unit = max(1, min(self.unit, int(source.count * holdout[0] / 16)))
         self.order = order or Order(source.part_counts, self.unit, shuffle, seed, holdout,
-                                    ranges)
+                                    ranges, split)
         self.total = self.order.total
         # In shared memory, so that persistent workers see the epoch set_epoch gives
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()

@@ -116,7 +116,8 @@ class EpochProgress:
             raise ValueError(f"the saved state is of another dataset or order "
                              f"({state.get('dataset')}); this one has "
                              f"{self.order.describe()}: resume with the dataset and the "
-                             "options (unit, holdout, shuffle) the state was taken with")
+                             "options (split, unit, holdout, shuffle) the state was taken "
+                             "with")
         self._resume = {"done": [], "window": self.window, "remainder": self.remainder,
                         **state}
         self._folded = None

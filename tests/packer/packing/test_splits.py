@@ -371,3 +371,17 @@ def test_an_append_never_leaves_samples_outside_the_splits(tmp_path):
     said = run("pack", more, "--append", tmp_path / "plain", "--dedupe", "-q", expect=2).output
     assert "an append adds samples to no split" in said
     assert packer.load_manifest(tmp_path / "plain")["count"] == 10
+
+
+def test_split_folders_that_look_like_one_split_are_noted(tmp_path):
+    source = tmp_path / "src"
+    for split in ("train", "Train", "val", "valid"):
+        (source / split / "cat").mkdir(parents=True)
+        (source / split / "cat" / f"{split}.jpg").write_bytes(image_bytes(len(split) + 7 * (
+            split == "Train")))
+    text = run("pack", source, "-o", tmp_path / "out", "-q").output
+    assert "the split folders Train and train differ only in case" in text
+    assert "the split folders val, valid all hold validation samples" in text
+    state = packer.open_dataset(tmp_path / "out", split="val", decode="raw").state_dict()
+    with pytest.raises(ValueError, match="this one has split 'valid', "):
+        packer.open_dataset(tmp_path / "out", split="valid", decode="raw").load_state_dict(state)
