@@ -19,15 +19,8 @@ from typing import NamedTuple
 
 from packer.errors import PackerError, UsageProblem
 from packer.sources.files.labels import LABELS_NAMES
-from packer.sources.files.scan import (
-    FILE,
-    Notes,
-    Scan,
-    count_samples,
-    is_junk,
-    read_labels,
-    use_labels,
-)
+from packer.sources.files.scan import Notes, Scan, count_samples, read_labels, use_labels
+from packer.sources.files.tree import FILE, is_junk
 from packer.storage.url import S3Url, parse
 
 

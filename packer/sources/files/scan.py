@@ -16,13 +16,12 @@ Only one folder's listing is held at a time, so memory does not grow with the
 file count. Regular files are known from the listing and not stat'ed; reading and
 checking the bytes happen later, in the packing workers, which also count them
 (packer/sources/files/read.py). What is walked is a tree: a folder on disk
-(`LocalTree`), or the listing of an s3:// prefix (packer/sources/files/objects.py),
+(`LocalTree`, tree.py), or the listing of an s3:// prefix (packer/sources/files/objects.py),
 so both are taken apart into samples by the same rules.
 """
 
 import hashlib
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -32,9 +31,9 @@ from packer.errors import PackerError
 from packer.sample import SIDECAR_FIELDS, disambiguate, encode_key, split_name
 from packer.sources.base import Source
 from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
+from packer.sources.files.tree import FILE, LocalTree, is_junk
 
 SPLIT_FOLDERS = ("train", "val", "valid", "validation", "dev", "test")  # in the splits' order
-JUNK_NAMES = {"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx", "$recycle.bin"}
 
 
 @dataclass(slots=True)
@@ -210,72 +209,6 @@ def _main_files(members: list[tuple[str, str]]) -> int:
     return sum(field_name.lower() not in SIDECAR_FIELDS for field_name, _ in members)
 
 
-def _dir_id(path: Path) -> tuple[int, int]:
-    info = Path(path).stat()
-    return info.st_dev, info.st_ino
-
-
-def is_junk(name: str) -> bool:
-    return name.startswith(".") or name.lower() in JUNK_NAMES
-
-
-FILE = "file"  # what a tree's `kind` says of an entry that is a file
-
-
-class LocalTree:
-    """A folder on disk as the walk lists it: regular files known from the listing (no
-    stat), symlinks followed or not, and a folder that contains itself skipped.
-
-    A tree (this one, or packer.sources.files.objects.ObjectTree) offers the walk
-    `top()`, the handle of its top folder; `entries(handle, rel, notes)`, a folder's
-    (name, entry) pairs sorted by name; `kind(handle, entry, rel_path, notes)`: FILE, the
-    handle of a sub-folder, or None for an entry it skipped (noted); and
-    `top_names(exclude)`, the (folders, files) at the top."""
-
-    def __init__(self, root: Path, follow_symlinks: bool):
-        self.root, self.follow = Path(root), follow_symlinks
-
-    def top(self) -> tuple[Path, frozenset]:
-        return self.root, frozenset({_dir_id(self.root)})
-
-    def entries(self, handle, rel: str, notes: Notes) -> list:
-        try:
-            return sorted(((e.name, e) for e in os.scandir(handle[0])), key=lambda e: e[0])
-        except OSError as err:
-            notes.skipped.append({"path": rel or ".",
-                                  "reason": f"cannot list folder: {err.strerror}"})
-            return []
-
-    def kind(self, handle, entry: os.DirEntry, rel_path: str, notes: Notes):
-        if entry.is_file(follow_symlinks=False):  # known from the listing
-            return FILE
-        info = _entry_stat(self.follow, entry, rel_path, notes)
-        if info is None:
-            return None
-        if stat.S_ISDIR(info.st_mode):
-            dir_id = (info.st_dev, info.st_ino)
-            if dir_id in handle[1]:
-                notes.skipped.append({"path": rel_path, "reason": "symlink loop: points to a "
-                                      "folder that contains it; not followed"})
-                return None
-            found = (Path(entry.path), handle[1] | {dir_id})
-        elif stat.S_ISREG(info.st_mode):
-            found = FILE
-        else:
-            notes.skipped.append({"path": rel_path, "reason": "not a regular file "
-                                  "(a pipe, socket or device)"})
-            return None
-        if entry.is_symlink():  # followed: an unfollowed one returned no stat
-            notes.symlinks += 1
-        return found
-
-    def top_names(self, exclude: set[str]) -> tuple[list[str], list[str]]:
-        names = sorted(e.name for e in os.scandir(self.root)
-                       if not is_junk(e.name) and e.name not in exclude)
-        files = [name for name in names if os.path.isfile(self.root / name)]
-        return [name for name in names if os.path.isdir(self.root / name)], files
-
-
 def _walk(scan: Scan, handle, rel: str, notes: Notes) -> Iterator:
     """(relative folder with trailing slash, [file name, ...]) for each folder."""
     entries = scan.tree.entries(handle, rel, notes)
@@ -299,24 +232,6 @@ def _walk(scan: Scan, handle, rel: str, notes: Notes) -> Iterator:
         yield rel, files
     for name, sub in subfolders:
         yield from _walk(scan, sub, f"{rel}{name}/", notes)
-
-
-def _entry_stat(follow: bool, entry: os.DirEntry, rel_path: str, notes: Notes):
-    """The entry's stat, following a symlink if allowed; None when it is skipped."""
-    if not entry.is_symlink():
-        return entry.stat(follow_symlinks=False)
-    target = os.readlink(entry.path)
-    if not follow:
-        notes.symlinks += 1
-        notes.skipped.append({"path": rel_path, "reason": f"symlink to {target}, "
-                              "not followed (--no-follow-symlinks)"})
-        return None
-    try:
-        return entry.stat(follow_symlinks=True)
-    except OSError:
-        notes.skipped.append({"path": rel_path, "reason": f"broken symlink: {target} "
-                              "does not exist"})
-        return None
 
 
 def scan_folder(root: Path, *, labels: Path | None = None, unlabelled: bool = False,
