@@ -18,11 +18,8 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from isal import isal_zlib
-
 from packer.errors import BadInputError, PackerError, Resumable, UsageProblem
 from packer.formats import format_module
-from packer.formats.base import Chunk, encode_chunk
 from packer.formats.manifests import is_packed
 from packer.manifest import MANIFEST_NAME, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
@@ -30,19 +27,18 @@ from packer.packing.options import PackOptions, found_labels
 from packer.packing.parallel import engine_map
 from packer.packing.ray_engine import check_cluster
 from packer.packing.resume import check_unchanged
-from packer.packing.sample_log import SampleLog, sample_facts
+from packer.packing.sample_log import SampleLog
 from packer.packing.space import check_room, disk_full_reported
 from packer.packing.splits import check_split_options, check_split_source, splits_entry
 from packer.packing.tally import Tally, nothing_packed
+from packer.packing.work import SPOOL_NAME, pack_chunk, unspool
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
-from packer.sources.files.read import read_file
 from packer.storage.url import is_s3
 from packer.text import without_addresses
 from packer.version import __version__
 
 PROGRESS_NAME = "progress.json"
-SPOOL_NAME = "spool"
 CHUNK = 512  # samples per unit of worker work
 RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS shape)
 
@@ -173,42 +169,6 @@ def _fail_on(entry: dict, root) -> None:
                         "--on-error skip, lists it in the manifest and goes on)")
 
 
-def _pack_chunk(job: tuple) -> Chunk:
-    """Read, check, transform (with --resize or --encode) and encode a run of samples:
-    the unit of work of a worker.
-
-    A worker process writes the encoded bytes to a spool file instead of returning
-    them: a pipe would copy every byte several times in the main process.
-    """
-    read_job, source_job, fmt, spool, transform, logged = job
-    outcomes = read_job(source_job)
-    outcomes = transform.apply(outcomes) if transform else outcomes
-    chunk = encode_chunk(outcomes, format_module(fmt))
-    if logged:
-        keys, contents = sample_facts(outcomes)
-        chunk = chunk._replace(keys=keys, contents=contents)
-    if spool is None:
-        return chunk
-    with open(spool, "xb") as file:  # never a file that another run's worker made
-        file.write(chunk.blob)
-    return chunk._replace(blob=b"", spool=spool, spool_crc=isal_zlib.crc32(chunk.blob))
-
-
-def _unspool(chunk: Chunk) -> Chunk:
-    """The chunk with its bytes read back from its spool file, checked against the
-    lengths and CRC-32 its worker sent."""
-    if chunk.spool is None:
-        return chunk
-    blob = read_file(chunk.spool)
-    os.unlink(chunk.spool)
-    if len(blob) != sum(chunk.lengths) or isal_zlib.crc32(blob) != chunk.spool_crc:
-        raise PackerError(f"{chunk.spool}: the spool file does not hold what its worker "
-                          f"wrote ({len(blob):,} bytes, {sum(chunk.lengths):,} expected); "
-                          "some other process wrote to it. Nothing was published; run "
-                          "the same command with --resume")
-    return chunk._replace(blob=blob, spool=None)
-
-
 class _NoBar:
     def update(self, count: int) -> None:
         pass
@@ -296,7 +256,7 @@ def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
     bar = _progress_bar(options, total=total, initial=start, unit="sample",
                         desc=f"packing to {options.to}", dynamic_ncols=True)
     with engine_map(options.engine, options.workers, options.address) as parallel_map:
-        _store_chunks(map(_unspool, parallel_map(_pack_chunk, jobs)), source, writer, tally,
+        _store_chunks(map(unspool, parallel_map(pack_chunk, jobs)), source, writer, tally,
                       setup, options, bar)
     bar.close()
     writer.close_part()

@@ -19,7 +19,7 @@ from packer.formats.base import Chunk
 from packer.formats.protocol import swap_in
 from packer.packing import space
 from packer.packing.lock import lock_path, output_lock
-from packer.packing.pipeline import _unspool
+from packer.packing.work import unspool
 
 
 def image_tree(root: Path, classes: list[str], per_class: int, size=(24, 20)) -> Path:
@@ -117,7 +117,7 @@ def test_a_spool_file_that_another_process_wrote_is_refused(tmp_path):
     spool.write_bytes(b"x" * 10)  # what an orphaned worker of another run left
     chunk = Chunk(b"", [4, 6], b"", [], [], {}, {}, 2, spool=str(spool), spool_crc=123)
     with pytest.raises(PackerError, match="does not hold what its worker wrote"):
-        _unspool(chunk)
+        unspool(chunk)
 
 
 def test_each_run_spools_in_a_folder_of_its_own(tmp_path, monkeypatch):
