@@ -162,9 +162,10 @@ from packer.sources.files.checks import CHECK_MODES
               help="The seed of --split's draw: the same seed, input and shares give the "
                    "same splits, e.g. --split-seed 7.")
 @click.option("--dedupe", is_flag=True,
-              help="Store each exact duplicate (same bytes in every field) once: the first "
-                   "in path order is kept, the others listed as skipped with the file they "
-                   "repeat; before --split, so no content lies in two splits.")
+              help="Store each exact duplicate (the same bytes in every field but .json and "
+                   ".txt notes) once: the first read is kept (of split folders, the training "
+                   "copy), the others listed as skipped with the file they repeat; before "
+                   "--split, so no content lies in two splits.")
 @table_reading_options
 @json_option
 @quiet_option
