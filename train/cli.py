@@ -52,9 +52,16 @@ def fit(data, out, as_json, mix_weights, **options):
       train fit s3://bucket/images-wds --cache-dir /scratch/c --cache-limit 20GB
       tensorboard --logdir runs
     """
+    from train.folds import cross_validate
     from train.loop import fit as run_fit
 
     options.update(from_command_line(data, mix_weights))
+    if options["folds"]:
+        result = cross_validate(TrainConfig(out=out, **options))
+        if as_json:
+            click.echo(json.dumps({k: result[k] for k in ("folds", "monitor", "scores", "mean",
+                                                           "std")}))
+        return
     summary = run_fit(TrainConfig(out=out, **options))
     if as_json:
         click.echo(json.dumps({k: summary[k] for k in ("best_epoch", "epochs_run",
@@ -65,7 +72,8 @@ def fit(data, out, as_json, mix_weights, **options):
 @cli.command()
 @click.argument("data")
 @click.option("--out", default="runs/check", show_default=True,
-              help="Folder for check_grid.png and check_augmented.png.")
+              help="Folder for check_grid.png, check_augmented.png and "
+                   "check_policies.png.")
 @config_options(*DATA, *LOSS, *AUGMENT)
 def check(data, out, **options):
     """Check the data pipeline before training: shapes, ranges, labels, one step.
@@ -75,7 +83,8 @@ def check(data, out, **options):
     forward and backward pass, and writes a grid of samples with their labels to
     OUT/check_grid.png: the eye check that labels match samples; beside it
     OUT/check_augmented.png, the same samples as the model sees them (after
-    --augment, normalisation, MixUp/CutMix). Exits 1 when any
+    --augment, normalisation, MixUp/CutMix); and for images OUT/check_policies.png,
+    a few of them under each --augment policy, a row each. Exits 1 when any
     sample's float inputs or label hold NaN or infinite values, naming them.
 
     \b

@@ -23,7 +23,7 @@ class TrainConfig:
     mix_weights: list[float] | None = None  # their proportions (None: by their sizes)
     out: str = "runs/exp"
     val: str | None = None  # a second packed dataset, or:
-    val_split: float = 0.1  # the fraction of `data` held out (0: no validation)
+    val_split: float | None = None  # the fraction of `data` held out (0: none; None: auto)
     val_split_name: str | None = None  # a pack-time split of `data` to validate on
     task: str = "auto"
     model: str = "auto"
@@ -62,6 +62,9 @@ class TrainConfig:
     mixup: float = 0.0  # Beta(alpha, alpha) mixing of whole batches (0: off)
     cutmix: float = 0.0
     patience: int | None = None
+    time_limit: float | None = None  # minutes, then stop after the epoch (0: none; None: auto)
+    folds: int | None = None  # k-fold cross-validation: a run per fold (train.folds)
+    fold: int | None = None  # the fold this run validates on (set by train.folds)
     monitor: str = "auto"  # the metric of the best epoch and early stopping (train.monitor)
     augment: str = "light"
     random_erasing: float = 0.0  # the chance of a box of each training image blanked

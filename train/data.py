@@ -17,10 +17,11 @@ from packer import (
     scan_folder,
 )
 from packer.errors import PackerError
+from train import sides
 from train.config import TrainConfig
 from train.inputs import as_arrays
 from train.mixing import merged, source
-from train.sides import Sides, held_out, of_run, packed_labels, stratified_sides
+from train.sides import Sides, held_share, of_run, packed_labels, stratified_sides
 
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
 
@@ -310,7 +311,8 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
     files = loose_images(Path(config.data))
     counts = [sum(1 for _, label in files if label == i) for i in range(len(scan.classes))]
     return DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
-                    image_shape(config.image_size), None, files)
+                    image_shape(config.image_size), None, files,
+                    sides=Sides(None, None, *held_share(config, len(files))))
 
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):
@@ -318,9 +320,10 @@ def _loose_datasets(info: DataInfo, config: TrainConfig):
         raise PackerError(f"--val {config.val}: a loose image folder ({config.data}) is "
                           "validated on a held-out --val-split; to validate on another "
                           "dataset, pack DATA first")
-    held = held_out([label for _, label in info.files], config.val_split, config.seed) \
-        if config.val_split else [False] * len(info.files)
-    _check_held(int(sum(held)), config, len(info.files))
+    fraction = info.sides.fraction
+    held = sides.held([label for _, label in info.files], config, fraction) \
+        if fraction else [False] * len(info.files)
+    _check_held(int(sum(held)), config, fraction, len(info.files))
     train = [file for file, out in zip(info.files, held, strict=True) if not out]
     val = [file for file, out in zip(info.files, held, strict=True) if out]
     return (LooseImages(train, config.image_size),
@@ -332,9 +335,12 @@ def part_cache(config: TrainConfig) -> dict:
     return {"cache_dir": config.cache_dir, "cache_limit": config.cache_limit}
 
 
-def _check_held(held: int, config: TrainConfig, total: int) -> None:
-    if config.val is None and config.val_split > 0 and held == 0:
-        raise PackerError(f"--val-split {config.val_split} holds out no sample of the "
+def _check_held(held: int, config: TrainConfig, fraction: float, total: int) -> None:
+    if config.folds and held == 0:
+        raise PackerError(f"--folds {config.folds}: fold {config.fold + 1} holds no sample of "
+                          f"the {total:,} in {config.data}; use fewer folds")
+    if config.val is None and fraction > 0 and held == 0:
+        raise PackerError(f"--val-split {fraction:g} holds out no sample of the "
                           f"{total:,} in {config.data}: use a larger --val-split, --val "
                           "OTHER, or --val-split 0 to train without validation")
 
@@ -354,11 +360,15 @@ def datasets(info: DataInfo, config: TrainConfig, keys_only: bool = False):
     if keys_only:
         info = replace(info, inputs=[], label=None)
         options.update(decode="raw", image_size=None, threads=0)
-    if info.sides.fraction and not info.sides.train_split and info.task == "classify" \
-            and not config.mix:
+    if config.folds or (info.sides.fraction and not info.sides.train_split
+                        and info.task == "classify" and not config.mix):
         stratified = _stratified(info, config, options)
         if stratified is not None:
             return stratified
+        if config.folds:
+            raise PackerError(f"--folds {config.folds}: {config.data} is read as a stream "
+                              "(its parts cannot be read out of order), so a fold cannot be "
+                              "held out; pack it as LMDB or HDF5, or with its shard indexes")
     train = packer.open_dataset(**source(config), shuffle=True, transform=info.keep(),
                                 **info.sides.options("train"), **options)
     if config.val is not None:
@@ -371,7 +381,7 @@ def datasets(info: DataInfo, config: TrainConfig, keys_only: bool = False):
     if info.sides.val_split and not val.total:
         raise PackerError(f"{config.data}: its split {info.sides.val_split} holds no sample "
                           "to validate on; name another with --val-split-name, or pack again")
-    _check_held(val.total, config, train.source.count)
+    _check_held(val.total, config, info.sides.fraction, train.source.count)
     return train, val
 
 
@@ -382,8 +392,9 @@ def _stratified(info: DataInfo, config: TrainConfig, options: dict):
     if read is None:
         return None
     labels, parts = read
-    held = held_out(labels, config.val_split, config.seed)
-    _check_held(int(held.sum()), config, len(labels))
+    held = sides.held(labels if info.task == "classify" else [0] * len(labels), config,
+                      info.sides.fraction)
+    _check_held(int(held.sum()), config, info.sides.fraction, len(labels))
     train_side, val_side = stratified_sides(held, parts.part_counts, config.seed)
     options = {k: v for k, v in options.items() if k not in ("cache_dir", "cache_limit")}
     return (packer.PackedDataset(parts, order=train_side, shuffle=True, transform=info.keep(),

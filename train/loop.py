@@ -18,7 +18,7 @@ from train.config import TrainConfig
 from train.inputs import to_inputs, to_targets
 from train.metrics import Metrics, strict_json
 from train.prepare import RESUME_INSTEAD, prepare
-from train.run import Run, build, deterministic
+from train.run import Run, any_rank, build, deterministic
 from train.step import (
     NonFiniteLoss,
     forward_loss,
@@ -244,6 +244,7 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
         (run.out / "metrics.jsonl").unlink(missing_ok=True)
     writer = _tensorboard(run)
     damaged.taken(run.world)  # what the range test read: the first epoch reads it again
+    began, run.stopped_by = time.monotonic(), None
     for epoch in range(start, config.epochs):
         generator = set_seed(config.seed, epoch)  # dropout too: the same after a resume
         phase = finetune.enter_epoch(run, epoch, first=epoch == start)
@@ -281,10 +282,23 @@ def _fit(config: TrainConfig, damaged: damage.DamageLog) -> dict:
             print(_epoch_line(record), flush=True)
             if damage.summary(record["damaged_samples"]):
                 print(damage.summary(record["damaged_samples"]), flush=True)
-        if config.patience is not None and \
-                finetune.stale_since_unfrozen(config, epoch, stale) >= config.patience:
+        run.stopped_by = _stop(config, epoch, stale, began)
+        if run.stopped_by:
             break
-    return _finish(run, writer, best_epoch, data.choices, stale)
+    return _finish(run, writer, best_epoch, data.choices)
+
+
+def _stop(config: TrainConfig, epoch: int, stale: int, began: float) -> str | None:
+    """What ends the run after this epoch, before its last: patience, or the time limit
+    (every rank stops together)."""
+    if epoch + 1 >= config.epochs:
+        return None
+    if config.patience is not None and \
+            finetune.stale_since_unfrozen(config, epoch, stale) >= config.patience:
+        return "patience"
+    if config.time_limit and any_rank(time.monotonic() - began >= 60 * config.time_limit):
+        return "time limit"
+    return None
 
 
 def _best_ema(run: Run, val: dict | None, train: dict) -> bool:
@@ -320,15 +334,14 @@ def _epoch_line(record: dict) -> str:
     return ", ".join(parts)
 
 
-def _finish(run: Run, writer, best_epoch: int, choices: list, stale: int) -> dict:
+def _finish(run: Run, writer, best_epoch: int, choices: list) -> dict:
     lines = [record for record in map(json.loads, (run.out / "metrics.jsonl").read_text()
                                       .splitlines()) if "step" not in record] if run.main else []
     best = next((r for r in lines if r["epoch"] == best_epoch + 1), lines[-1] if lines else {})
     epochs = max(len(lines), 1)
-    stopped = run.config.patience is not None and stale >= run.config.patience and \
-        len(lines) < run.config.epochs
     summary = {"best_epoch": best_epoch + 1, "best": best, "epochs_run": len(lines),
-               "epochs_planned": run.config.epochs, "stopped_early": stopped,
+               "epochs_planned": run.config.epochs,
+               "stopped_early": run.stopped_by == "patience", "stopped_by": run.stopped_by,
                "monitor": monitor.score(run.config.monitor, best.get("val"),
                                         best.get("train", {}))[0] if best else None,
                "chosen": {c.name: {"value": c.value, "why": c.why} for c in choices},
@@ -359,6 +372,7 @@ def _closing_line(run: Run, summary: dict) -> str:
     name = summary["monitor"] or "score"
     value = (summary["best"].get("monitor") or {}).get("value")
     shown = f"{value:.4f}" if isinstance(value, float) else "-"
-    early = " (stopped early)" if summary["stopped_early"] else ""
+    early = {"patience": " (stopped early)", "time limit": " (stopped at the time limit, "
+             f"{run.config.time_limit:g} min)"}.get(summary["stopped_by"], "")
     return (f"best epoch {summary['best_epoch']} of {summary['epochs_run']}{early}: {name} "
             f"{shown}; weights in {run.out / 'best.pt'}, plots in {run.out}")

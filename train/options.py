@@ -73,10 +73,22 @@ class _Size(click.ParamType):
 _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainConfig
     "val": (str, "A second packed dataset to validate on (else --val-split of DATA is held "
                  "out). Its classes must be training classes; ids are matched by name."),
-    "val_split": (_FRACTION, "Fraction of DATA held out for validation when there is no --val "
-                             "(0: none), e.g. --val-split 0.2; for classification that share "
-                             "of each class (stratified by --seed). Not used where DATA has a "
-                             "validation split made when packed."),
+    "val_split": (_AutoOr(_FRACTION, "auto|FRACTION"),
+                  "Fraction of DATA held out for validation when there is no --val (0: "
+                  "none), e.g. --val-split 0.2; for classification that share of each class "
+                  "(stratified by --seed). Not used where DATA has a validation split made "
+                  "when packed. auto: a tenth, raised toward 100 samples for small data (at "
+                  "most 0.3)."),
+    "folds": (click.IntRange(2, 20), "k-fold cross-validation: K runs, each validating on "
+                                     "one fold of DATA (stratified by class) and training on "
+                                     "the others, in OUT/fold-1 ... OUT/fold-K; prints each "
+                                     "fold's best score, their mean and spread, and writes "
+                                     "them to OUT/folds.json, e.g. --folds 5. For small data, "
+                                     "where one held-out share is too few samples to judge."),
+    "time_limit": (_AutoOr(click.FloatRange(min=0), "auto|MINUTES"),
+                   "Minutes a run may take: it ends after the epoch that passes them, keeping "
+                   "the best, e.g. --time-limit 30 (0: no limit). auto: 10 minutes under "
+                   "1,000 training samples, else none."),
     "val_split_name": (str, "The split of DATA made when packed (packer pack --split) to "
                             "validate on, e.g. --val-split-name dev; the split named train "
                             "trains, and no other is read. Default: val, valid, validation or "
@@ -205,10 +217,10 @@ LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "random_erasing", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
              "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
-FIT = ("val", "val_split", "val_split_name", "epochs", "weight_decay", "dropout", "schedule",
-       "warmup_epochs", "step_epochs", "clip_grad", "accumulate", "ema", "ema_decay", "amp",
-       "channels_last", "cache", "patience", "monitor", "deterministic", "log_every",
-       "resume")
+FIT = ("val", "val_split", "val_split_name", "folds", "epochs", "weight_decay", "dropout",
+       "schedule", "warmup_epochs", "step_epochs", "clip_grad", "accumulate", "ema",
+       "ema_decay", "amp", "channels_last", "cache", "patience", "time_limit", "monitor",
+       "deterministic", "log_every", "resume")
 
 
 def config_options(*names: str):

@@ -161,6 +161,29 @@ def grid(images: list, titles: list[str], path: Path, title: str | None = None) 
     return path
 
 
+def rows_grid(rows: dict[str, list], titles: list[str], path: Path, title: str) -> Path:
+    """Images as (C, H, W) arrays in [0, 1], a row per name of `rows`, named on its left;
+    `titles` over the columns."""
+    plt = _pyplot()
+    columns = max(len(images) for images in rows.values())
+    figure, axes = plt.subplots(len(rows), columns, figsize=(1.4 * columns + 1, 1.4 * len(rows)),
+                                squeeze=False)
+    for index, (name, images) in enumerate(rows.items()):
+        axes[index][0].set_ylabel(name, fontsize=8)
+        for column, axis in enumerate(axes[index]):
+            axis.set_xticks([])
+            axis.set_yticks([])
+            if column < len(images):
+                image = torch.as_tensor(images[column]).clamp(0, 1)
+                axis.imshow((image[0] if image.shape[0] == 1 else image.permute(1, 2, 0))
+                            .numpy(), cmap="gray")
+            if index == 0 and column < len(titles):
+                axis.set_title(titles[column], fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return _saved(figure, path, 80)
+
+
 def lr_test(rates: list, losses: list, suggested: float, path: Path) -> Path:
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))

@@ -23,7 +23,7 @@ from train.step import seed_number, set_seed
 
 # a resumed run takes these from its checkpoint
 CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
-          "patience", "norm", "cache", "freeze_epochs", "monitor")
+          "patience", "norm", "cache", "freeze_epochs", "monitor", "val_split", "time_limit")
 
 
 @dataclass
@@ -74,7 +74,8 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
     recipe.refuse_inapplicable(config, info)
     require_finite(info, config)
     _, world, _ = setup_distributed(config.device)  # first: the split follows the rank
-    choices = finetune.prepare_images(config, info) + recipe.choose_image_size(config, info)
+    choices = _held_out(config, info) + finetune.prepare_images(config, info)
+    choices += recipe.choose_image_size(config, info)
     train_set, val_set = datasets(info, config)
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
@@ -108,6 +109,15 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
         config.scale_lr = False
         data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), why))
     return config, data
+
+
+def _held_out(config: TrainConfig, info: DataInfo) -> list:
+    """--val-split auto: the share of DATA that the sides hold out (train.sides)."""
+    if config.val_split is not None or info.sides is None:
+        return []
+    config.val_split = info.sides.fraction
+    return [recipe.Choice("val_split", config.val_split, info.sides.why)] if info.sides.why \
+        else []
 
 
 def _writable_out(out: Path) -> None:

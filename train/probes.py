@@ -11,13 +11,21 @@ from tqdm import tqdm
 import packer
 from packer.errors import PackerError
 from train import finetune, lr_range, plots, recipe
-from train.config import TrainConfig
+from train.augment import augment_images
+from train.config import AUGMENTS, TrainConfig
 from train.data import datasets, describe, image_shape
 from train.finite import non_finite, require_finite
 from train.inputs import IMAGE_MEAN, IMAGE_STD, to_inputs, to_targets
 from train.metrics import strict_json
 from train.run import build
-from train.step import NonFiniteLoss, forward_loss, set_seed, train_step, training_batch
+from train.step import (
+    NonFiniteLoss,
+    forward_loss,
+    normalisation,
+    set_seed,
+    train_step,
+    training_batch,
+)
 
 
 def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = None):
@@ -82,6 +90,9 @@ def check(config: TrainConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     report["grid"] = str(_raw_grid(batches[0], info, out / "check_grid.png"))
     report["augmented_grid"] = str(_augmented_grid(run, batches[0], out / "check_augmented.png"))
+    if info.kind == "image":
+        report["policies_grid"] = str(_policies_grid(run, batches[0],
+                                                     out / "check_policies.png"))
     return report
 
 
@@ -105,22 +116,42 @@ def _augmented_grid(run, batch: dict, path: Path) -> Path:
     inputs = to_inputs(batch, info, run.device)[:16]
     targets = to_targets(batch, info, run.device)[:16]
     inputs, mixed = training_batch(run, inputs, targets, set_seed(config.seed, 0))
-    if info.model_input is not None:  # a library model's own normalisation
-        shape = (1, -1, 1, 1)
-        shown = (inputs * torch.tensor(info.model_input["std"]).view(shape)
-                 + torch.tensor(info.model_input["mean"]).view(shape))
-    elif info.decoded_images:
-        shown = inputs * IMAGE_STD + IMAGE_MEAN
-    elif info.kind == "image":
-        low = inputs.amin(dim=(1, 2, 3), keepdim=True)
-        shown = (inputs - low) / (inputs.amax(dim=(1, 2, 3), keepdim=True) - low).clamp_min(1e-8)
-    else:
-        shown = inputs
+    shown = _shown(inputs, info)
     titles = (_titles(targets, info) if mixed.ndim == targets.ndim
               else [f"{info.classes[int(row.argmax())]} ({row.max():.2f})" for row in mixed])
     extra = f", mixup {config.mixup}, cutmix {config.cutmix}" if mixed is not targets else ""
     return plots.grid(list(shown.detach().cpu()), titles, path,
                       f"as the model sees them: --augment {config.augment}{extra}")
+
+
+def _shown(inputs: torch.Tensor, info) -> torch.Tensor:
+    """Model inputs mapped back to [0, 1] for display: images by the normalisation's
+    inverse, array images min to max."""
+    if info.model_input is not None:  # a library model's own normalisation
+        shape = (1, -1, 1, 1)
+        return (inputs * torch.tensor(info.model_input["std"]).view(shape)
+                + torch.tensor(info.model_input["mean"]).view(shape))
+    if info.decoded_images:
+        return inputs * IMAGE_STD + IMAGE_MEAN
+    if info.kind == "image":
+        low = inputs.amin(dim=(1, 2, 3), keepdim=True)
+        return (inputs - low) / (inputs.amax(dim=(1, 2, 3), keepdim=True) - low).clamp_min(1e-8)
+    return inputs
+
+
+POLICY_SAMPLES = 6
+
+
+def _policies_grid(run, batch: dict, path: Path) -> Path:
+    """The same images under every --augment policy, a row each (drawn from --seed, as
+    the first epoch draws them), so that the policies can be compared by eye."""
+    info, config = run.info, run.config
+    inputs = to_inputs(batch, info, run.device)[:POLICY_SAMPLES].cpu()
+    rows = {policy: list(_shown(augment_images(inputs, set_seed(config.seed, 0), policy,
+                                               normalisation(info)), info))
+            for policy in AUGMENTS}
+    return plots.rows_grid(rows, _titles(batch[info.label], info)[:POLICY_SAMPLES], path,
+                           "each --augment policy on the same images")
 
 
 OVERFIT_SIDE = 32  # images a side: memorising a few samples needs no detail

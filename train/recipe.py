@@ -11,6 +11,10 @@
     epochs        a budget of optimizer steps (images 600, sequences 1,500, feature
                   vectors 2,000) in whole epochs, at least 10 and at most 100
     patience      a quarter of the epochs, at least 5: then stop, keeping the best
+    time limit    10 minutes under 1,000 training samples (else none): then stop after
+                  the epoch, keeping the best
+    val split     (train.sides) a tenth held out, raised toward 100 samples for small
+                  data, at most 0.3
     norm          GroupNorm when the batch per device is under 16, else BatchNorm
     cache         decoded training set in RAM when it fits in a third of the memory
 
@@ -25,6 +29,7 @@ from packer.errors import PackerError
 from train import cache
 from train.config import TrainConfig
 from train.data import DataInfo, image_shape, image_sizes
+from train.sides import SMALL_DATA
 
 MAX_SIDE = 256
 BATCH_CAP = {"image": 64, "sequence": 64, "vector": 256}
@@ -35,6 +40,7 @@ SMALL_IMAGE_SET = 10_000
 TABLE_ROWS = (2_000, 200_000)  # the row counts where an MLP grows
 GROUP_NORM_BELOW = 16
 IMBALANCE = 5.0  # largest / smallest class count that earns a warning
+SMALL_DATA_MINUTES = 10  # the time limit of a run on small data
 
 
 @dataclass
@@ -174,10 +180,18 @@ def _length(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
         picks.append(Choice("epochs", epochs, f"a budget of {budget:,} optimizer steps at "
                             f"{steps:,} an epoch ({MIN_EPOCHS} to {MAX_EPOCHS} epochs)"))
         config.epochs = epochs
-    if config.patience is None and (config.val is not None or config.val_split > 0):
+    if config.patience is None and (config.val is not None or config.val_split != 0):
         patience = max(5, config.epochs // 4)
         picks.append(Choice("patience", patience, "stop after this many epochs without a "
                             "better validation score (a quarter of the epochs, at least 5)"))
+    if config.time_limit is None:
+        small = samples < SMALL_DATA
+        config.time_limit = SMALL_DATA_MINUTES if small else 0
+        if small:
+            picks.append(Choice("time_limit", SMALL_DATA_MINUTES, "minutes at most, for "
+                                f"small data ({samples:,} training samples, under "
+                                f"{SMALL_DATA:,}): the run ends after the epoch that passes "
+                                "them, keeping the best (--time-limit 0: none)"))
     return picks
 
 

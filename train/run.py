@@ -35,6 +35,7 @@ class Run:
     notes: list[str] = field(default_factory=list)  # lines to print before training
     frozen: bool = False  # the backbone, while the head trains alone
     ema: nn.Module | None = None  # --ema: the average of the weights (train.ema)
+    stopped_by: str | None = None  # what ended the run before its epochs: patience, time
 
     @property
     def main(self) -> bool:

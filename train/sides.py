@@ -36,6 +36,7 @@ class Sides:
     train_split: str | None  # DATA's pack-time split that trains (None: all of DATA)
     val_split: str | None  # ... that validates (None: a held-out fraction, or --val)
     fraction: float  # of the training samples held out for validation (0: none)
+    why: str | None = None  # why that share, where the data chose it (--val-split auto)
 
     def options(self, side: str) -> dict:
         """open_dataset's options that select the `side` ("train" or "val") of DATA."""
@@ -60,7 +61,9 @@ def of_run(info, config: TrainConfig) -> Sides:
         if config.val_split_name:
             raise PackerError(f"--val-split-name {config.val_split_name}: a mix of datasets "
                               "is read whole; validate with --val-split or --val")
-        return Sides(None, None, config.val_split if config.val is None else 0.0)
+        count = sum(packer.load_manifest(path, config.cache_dir, config.cache_limit)["count"]
+                    for path in config.mix)
+        return Sides(None, None, *held_share(config, count))
     manifest = packer.load_manifest(config.data, config.cache_dir, config.cache_limit)
     chosen = choose(manifest, config)
     if info.task == "classify" and chosen.train_split:
@@ -76,7 +79,12 @@ def choose(manifest: dict, config: TrainConfig) -> Sides:
             raise PackerError(f"--val-split-name {config.val_split_name}: {config.data} was "
                               "packed without splits (`packer pack --split "
                               "train=0.8,val=0.2` makes them); use --val-split or --val")
-        return Sides(None, None, config.val_split if config.val is None else 0.0)
+        return Sides(None, None, *held_share(config, manifest["count"]))
+    if config.folds:
+        raise PackerError(f"--folds {config.folds}: {config.data} was split when packed "
+                          f"({', '.join(splits)}), and a run trains on its split "
+                          f"{TRAIN_NAME}; cross-validate a dataset packed without --split, "
+                          "or leave out --folds")
     if TRAIN_NAME not in splits:
         raise PackerError(f"{config.data}: its splits are {', '.join(splits)}, and none is "
                           f"named {TRAIN_NAME}, the split a run trains on; pack it again "
@@ -87,7 +95,33 @@ def choose(manifest: dict, config: TrainConfig) -> Sides:
     if name is not None and (name not in splits or name == TRAIN_NAME):
         raise PackerError(f"--val-split-name {name}: {config.data}'s splits are "
                           f"{', '.join(splits)}; name one other than {TRAIN_NAME}")
-    return Sides(TRAIN_NAME, name, 0.0 if name else config.val_split)
+    if name:
+        return Sides(TRAIN_NAME, name, 0.0)
+    return Sides(TRAIN_NAME, None, *held_share(config, manifest["splits"]["sets"][TRAIN_NAME]
+                                               ["count"]))
+
+
+SMALL_DATA = 1_000  # samples under which a run gets the small-data recipe
+HELD_SHARE, MAX_HELD_SHARE = 0.1, 0.3  # of the samples --val-split auto holds out
+MIN_HELD = 100  # samples it reaches for, within MAX_HELD_SHARE
+
+
+def held_share(config: TrainConfig, count: int) -> tuple[float, str | None]:
+    """(the share of `count` samples that validation holds, why where it was chosen):
+    --val-split, one fold of --folds, or auto: a tenth, raised toward MIN_HELD samples
+    for small data, at most MAX_HELD_SHARE."""
+    if config.val is not None:
+        return 0.0, None
+    if config.folds:
+        return 1 / config.folds, None
+    if config.val_split is not None:
+        return config.val_split, None
+    share = round(min(max(HELD_SHARE, MIN_HELD / max(count, 1)), MAX_HELD_SHARE), 2)
+    if share == HELD_SHARE:
+        return share, f"a tenth of the {count:,} samples held out for validation"
+    return share, (f"a small dataset ({count:,} samples): a tenth would hold out "
+                   f"{round(count / 10):,}, so more, toward {MIN_HELD} (at most "
+                   f"{MAX_HELD_SHARE:g}); --folds 5 validates on every sample once")
 
 
 UNIT = 64  # consecutive training samples shuffled as one, as the loader's units
@@ -130,6 +164,28 @@ def held_out(labels: list[int], fraction: float, seed: int) -> np.ndarray:
         count = min(max(round(len(members) * fraction), 1), len(members) - 1)
         held[draws.permutation(members)[:count]] = True
     return held
+
+
+def fold_held(labels: list[int], folds: int, fold: int, seed: int) -> np.ndarray:
+    """Which samples (a bool per sample) fold `fold` of `folds` validates on: each class's
+    samples, drawn from `seed`, dealt to the folds in turn (a class's share of every
+    fold within one sample, the folds' sizes too). Labels below 0 stay in training."""
+    labels = np.asarray(labels)
+    dealt = np.full(len(labels), -1)
+    draws, turn = np.random.default_rng([seed, 0xF01D]), 0
+    for label in np.unique(labels[labels >= 0]):
+        members = draws.permutation(np.flatnonzero(labels == label))
+        dealt[members] = (turn + np.arange(len(members))) % folds
+        turn += len(members)
+    return dealt == fold
+
+
+def held(labels: list[int], config: TrainConfig, fraction: float) -> np.ndarray:
+    """The samples validation holds: fold `config.fold` of --folds, else the stratified
+    share `fraction` (--val-split's, or the one chosen: Sides.fraction)."""
+    if config.folds:
+        return fold_held(labels, config.folds, config.fold or 0, config.seed)
+    return held_out(labels, fraction, config.seed)
 
 
 def stratified_sides(held: np.ndarray, part_counts: list[int], seed: int) -> tuple[Side, Side]:

@@ -194,7 +194,7 @@ def imbalanced_table(tmp_path, rare_rows=(0, 1, 2, 3, 4, 5, 6, 7, 8, 10)):
 
 
 def held_labels(data, seed=0):
-    config = TrainConfig(data=str(data), seed=seed)
+    config = TrainConfig(data=str(data), seed=seed, val_split=0.1)
     info = describe(config)
     train_set, val_set = datasets(info, config)
     val = {s["__key__"]: info.classes[int(s["cls"])] for s in val_set}

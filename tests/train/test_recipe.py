@@ -142,3 +142,25 @@ def test_check_writes_the_augmented_grid_beside_the_raw_one(tmp_path):
     raw = (tmp_path / "check" / "check_grid.png").read_bytes()
     augmented = (tmp_path / "check" / "check_augmented.png").read_bytes()
     assert augmented[:4] == b"\x89PNG" and augmented != raw
+
+
+def test_check_draws_every_augmentation_policy_on_the_same_images(tmp_path, monkeypatch):
+    from train import plots
+
+    drawn = {}
+    real = plots.rows_grid
+
+    def keep(rows, titles, path, title):
+        drawn.update(rows)
+        return real(rows, titles, path, title)
+
+    monkeypatch.setattr(plots, "rows_grid", keep)
+    data = packed_images(tmp_path, (24, 24), count=16)
+    output = train("check", data, "--out", tmp_path / "check", "--workers", "0")
+    assert f"policies_grid: {tmp_path / 'check' / 'check_policies.png'}" in output
+    assert (tmp_path / "check" / "check_policies.png").read_bytes()[:4] == b"\x89PNG"
+    assert list(drawn) == ["none", "light", "flip", "strong", "randaugment", "trivialaugment"]
+    assert all(len(row) == 6 for row in drawn.values())
+    for policy in list(drawn)[1:]:  # each changes the images it is shown on
+        assert not all(torch.equal(a, b) for a, b in zip(drawn["none"], drawn[policy],
+                                                         strict=True)), policy
