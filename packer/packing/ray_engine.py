@@ -51,9 +51,9 @@ def import_ray():
 @contextmanager
 def ray_cluster(address: str | None):
     """A connection to the cluster at `address` (as `ray.init` takes it: `auto`,
-    `ray://HOST:10001`, `HOST:PORT`), or to a new local instance when None. A
-    connection that this process already holds (its own `ray.init`) is used as it is
-    and left open."""
+    `ray://HOST:10001`, `HOST:PORT`), or to a new local instance when None, whose servers
+    listen on the loopback address only. A connection that this process already holds
+    (its own `ray.init`) is used as it is and left open."""
     ray = import_ray()
     owned = not ray.is_initialized()
     if owned:
@@ -84,11 +84,32 @@ def _connect(ray, address: str | None) -> None:
     settings = {"logging_level": logging.ERROR, "log_to_driver": False}
     try:
         if address is None:
-            ray.init(address="local", include_dashboard=False, **settings)
+            with _single_machine_mode():
+                ray.init(address="local", _node_ip_address="127.0.0.1",
+                         include_dashboard=False, **settings)
         else:
             ray.init(address=address, **settings)
     except (OSError, RuntimeError, ValueError) as err:  # ConnectionError, TimeoutError
         raise _unreachable(address, err) from None
+
+
+@contextmanager
+def _single_machine_mode():
+    """Ray's mode for a machine that is not part of a cluster while a local instance
+    starts, so that its servers listen on the loopback address only. Ray's servers bind
+    to the loopback address when the node's address is one (127.0.0.1, ::1, localhost)
+    and to every interface otherwise, and `ray.init` replaces a loopback node address
+    with the machine's own (ray._private.services.resolve_ip_for_localhost) unless Ray
+    runs in this mode, which RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 sets when Ray is
+    imported: set here for the start only, a process may connect to a cluster later."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def _unreachable(address: str | None, err: Exception) -> PackerError:
