@@ -1,6 +1,5 @@
 """`packer pack`: the options of a pack in, the library's pack, its summary out."""
 
-from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -14,16 +13,22 @@ from packer.cli.options import (
     quiet_option,
     shard_size,
     show_progress,
-    table_reading_options,
 )
 from packer.cli.report import pack_summary, pack_text
 from packer.formats import DEFAULT_FORMAT, FORMAT_NAMES
-from packer.packing.options import PackOptions, check_pack_options
+from packer.packing.options import PackOptions, pack_options
 from packer.packing.parallel import ENGINES, tune_for_packing
 from packer.packing.transform import RESIZE_MODES
-from packer.sources import recorded_kind
+from packer.sources import option_groups, recorded_kind
 from packer.sources.binary import shipped_spec_names
 from packer.sources.files.checks import CHECK_MODES
+
+
+def source_options(command):
+    """Each source kind's options (packer/sources/*/options.py), in the registry's order."""
+    for group in reversed(option_groups()):
+        command = group()(command)
+    return command
 
 
 @click.command()
@@ -36,22 +41,6 @@ from packer.sources.files.checks import CHECK_MODES
                    "or s3://BUCKET/PREFIX (parts uploaded as they are done, the manifest "
                    "last; endpoint and credentials "
                    "from the AWS environment, e.g. AWS_ENDPOINT_URL).")
-@click.option("--labels", type=click.Path(path_type=Path, dir_okay=False),
-              help="CSV of filename,label rows for a flat folder, paths relative to SOURCE; "
-                   "string labels become ids. Looked for in the current folder, then in "
-                   "SOURCE; a labels.csv at the top of SOURCE is used without --labels "
-                   "(--unlabelled packs it as a file). The first row is a header when its "
-                   "first cell is filename, file, path, name or image, or when it names no "
-                   "file while a later row does (and its label is no other row's). The "
-                   "encoding and the delimiter (, ; tab |) are detected. For a binary dump: "
-                   "one label per record.")
-@click.option("--unlabelled", is_flag=True,
-              help="Do not take classes from sub-folder names or from a labels.csv in "
-                   "SOURCE; keys keep the paths.")
-@click.option("--group-by-stem", is_flag=True,
-              help="Make every set of files sharing a stem one sample (image + mask pairs).")
-@click.option("--follow-symlinks/--no-follow-symlinks", default=True, show_default=True,
-              help="Follow symlinked files and folders (loops are detected and skipped).")
 @click.option("--check", type=click.Choice(CHECK_MODES), default="header", show_default=True,
               help="header: signatures and end markers (cheap); decode: decode every "
                    "image; none: only empty files are skipped.")
@@ -98,41 +87,6 @@ from packer.sources.files.checks import CHECK_MODES
                    f"{', '.join(shipped_spec_names())}); SOURCE is then a "
                    "dump, or a folder of small binary files (gzip, bz2, xz read as their "
                    "contents), e.g. --spec wav.")
-@click.option("--window", type=click.IntRange(min=1),
-              help="Binary dump: one sample per window of this many records (default: one "
-                   "sample per record).")
-@click.option("--stride", type=click.IntRange(min=1),
-              help="Binary dump: records between window starts (default: the window).")
-@click.option("--tail", type=click.Choice(["error", "drop"]),
-              help="Binary: bytes after the last whole record: refuse them, or leave them out.")
-@click.option("--label-field", metavar="FIELD",
-              help="Binary dump: the record field whose values are the classes.")
-@click.option("--label-spec", metavar="SPEC",
-              help="Binary dump: --labels is a binary file read with this spec (e.g. "
-                   "mnist-idx-labels); without it, --labels has one label per line.")
-@click.option("--label-column", multiple=True, metavar="COL",
-              help="Table: the label column (repeat, or a,b, for several: a multi-hot or "
-                   "multi-target float vector). Text labels become class ids.")
-@click.option("--feature-columns", multiple=True, metavar="COLS",
-              help="Table: feature columns, names or globs ('f*'), repeatable or a,b "
-                   "(default: every numeric column except the label and key).")
-@click.option("--drop-columns", multiple=True, metavar="COLS",
-              help="Table: columns (names or globs) to leave out of the features.")
-@click.option("--key-column", metavar="COL",
-              help="Table: the column whose values are the sample keys (default: the row "
-                   "number, zero-padded).")
-@click.option("--na", type=click.Choice(["fail", "drop", "zero", "mean"]), default="fail",
-              show_default=True,
-              help="Table: what to do with an empty or non-numeric feature cell: stop with "
-                   "its row, drop its row, or fill it with 0 or the column's mean.")
-@click.option("--categorical", multiple=True, metavar="COLS",
-              help="Table: text columns to map to ids (sorted names, kept in the manifest).")
-@click.option("--date-columns", multiple=True, metavar="COLS",
-              help="Table: date columns, converted to seconds since the column's first "
-                   "date (kept in the manifest; naive dates as UTC).")
-@click.option("--task", type=click.Choice(["classify", "regress"]), default="classify",
-              show_default=True,
-              help="Table: class ids (cls) from the label, or a float target (target.npy).")
 @click.option("--resize", metavar="SIZE",
               help="Folder of images: store every image at the training resolution: N (the "
                    "shorter side, e.g. --resize 64), WxH (exactly, e.g. --resize 64x64; see "
@@ -166,7 +120,7 @@ from packer.sources.files.checks import CHECK_MODES
                    ".txt notes) once: the first read is kept (of split folders, the training "
                    "copy), the others listed as skipped with the file they repeat; before "
                    "--split, so no content lies in two splits.")
-@table_reading_options
+@source_options
 @json_option
 @quiet_option
 @click.pass_context
@@ -215,11 +169,10 @@ def pack(ctx, source, out, append_to, on_duplicate, as_json, quiet, **options):
 
     defaults = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     given = {name for name in options if ctx.get_parameter_source(name) not in defaults}
-    warning = check_pack_options(source, options, given)
+    chosen, warning = pack_options(source, options, given, progress=show_progress(quiet))
     if warning:
         click.echo(warning, err=True)
     tune_for_packing()  # this process is packer's own (packer.pack leaves it as it is)
-    pack_options = PackOptions(**options, progress=show_progress(quiet))
     if (out is None) == (append_to is None):
         raise click.UsageError("give -o OUTPUT (a new dataset) or --append DATASET (one to "
                                "add to), one of them")
@@ -227,8 +180,8 @@ def pack(ctx, source, out, append_to, on_duplicate, as_json, quiet, **options):
         raise click.UsageError("--on-duplicate is for --append DATASET: a new pack has no "
                                "keys to meet again. Leave it out, or pass --append")
     if append_to is not None:
-        return _append(source, append_to, pack_options, on_duplicate, given, as_json)
-    manifest = run_pack(source, out, pack_options)
+        return _append(source, append_to, chosen, on_duplicate, given, as_json)
+    manifest = run_pack(source, out, chosen)
     if as_json:
         emit_json(pack_summary(manifest, out))
     else:

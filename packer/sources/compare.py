@@ -8,7 +8,6 @@ files is compared file by file, as the files source is.
 """
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -19,12 +18,9 @@ from packer.sample import KEY, SIDECAR_FIELDS, field_bytes
 BLOCK_SAMPLES = 4096  # samples read from the source at a time
 
 
-def recorded_options(manifest: dict) -> SimpleNamespace:
-    """The pack's options as the source readers take them (PackOptions' attributes)."""
-    options = dict(manifest["options"])
-    for name in ("labels",):
-        options[name] = Path(options[name]) if options.get(name) else None
-    return SimpleNamespace(**options)
+def recorded_spec(manifest: dict) -> str:
+    """The spec a binary dataset was packed with, as its manifest records it."""
+    return manifest["source"].get("spec") or manifest["options"]["spec"]
 
 
 def _plain(name: str, value):
@@ -91,14 +87,15 @@ class Folder:
     again with the spec; every file packed or listed as skipped."""
 
     def __init__(self, manifest: dict, folder: Path):
+        from packer.sources.binary.options import BinaryOptions
         from packer.sources.binary.source import BinaryFolder
 
         if not folder.is_dir():
             raise UsageProblem(f"--against {folder}: not a folder; this dataset was packed "
                                "from a folder of binary files, so --against takes that folder")
-        options = recorded_options(manifest)
-        options.spec = manifest["source"].get("spec") or options.spec
-        self.folder, self.source = folder, BinaryFolder(folder, options)
+        options = BinaryOptions.of(manifest["options"])
+        self.folder = folder
+        self.source = BinaryFolder(folder, recorded_spec(manifest), options)
         self.label = layout_label(manifest)
         self.files = {s.key: s for s in self.source.scan.samples()}
         self.seen: set[str] = set()
@@ -138,17 +135,18 @@ class Folder:
 
 
 def dump_against(manifest: dict, path: Path) -> InOrder:
+    from packer.sources.binary.options import BinaryOptions
     from packer.sources.binary.source import BinaryDump
 
     wanted_file(path, "a binary dump")
-    options = recorded_options(manifest)
-    options.spec = manifest["source"].get("spec") or options.spec
+    options = BinaryOptions.of(manifest["options"])
     what = "window" if options.window else "record"
-    return InOrder(BinaryDump(path, options), path, what)
+    return InOrder(BinaryDump(path, recorded_spec(manifest), options), path, what)
 
 
 def table_against(manifest: dict, path: Path) -> InOrder:
+    from packer.sources.tables.options import TableOptions
     from packer.sources.tables.source import TableSource
 
     wanted_file(path, "a table")
-    return InOrder(TableSource(path, recorded_options(manifest)), path, "row")
+    return InOrder(TableSource(path, TableOptions.of(manifest["options"])), path, "row")
