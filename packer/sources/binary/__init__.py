@@ -14,6 +14,7 @@ binary files.
     records.py           how records and windows of records become samples
     source.py            the source: a dump or a folder of binary files, packed
     options.py           BinaryOptions: records, windows, labels; their click options
+    compare.py           `packer verify --against`: a dump or a folder, read again
     inspect.py, hexview.py, overlay.py   what `packer inspect-binary` shows
     specs/               worked specs, loadable by name
 
@@ -66,7 +67,7 @@ AGAINST_FILES = True  # --against takes the dump (a file) or the folder it was p
 
 
 def against(manifest: dict, path: Path):
-    from packer.sources.compare import Folder, dump_against
+    from packer.sources.binary.compare import Folder, dump_against
 
     if manifest["source"]["kind"] == "binary-files":
         return Folder(manifest, path)

@@ -8,6 +8,7 @@
     summary.py   what the pack summary says of a table
     inspect.py   what `packer inspect-table` shows
     options.py   TableOptions: how a table is read and its columns used; click options
+    compare.py   `packer verify --against`: the table's rows against the samples packed
 
 A text table's encoding is found by packer/sources/encoding.py (shared with labels
 files). pandas is imported only when a table is scanned; the user's view is
@@ -43,7 +44,7 @@ AGAINST_FILES = True  # --against takes the table file
 
 
 def against(manifest: dict, path: Path):
-    from packer.sources.compare import table_against
+    from packer.sources.tables.compare import table_against
 
     return table_against(manifest, path)
 
