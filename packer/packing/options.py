@@ -129,10 +129,17 @@ EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})
 TRANSFORM_OPTIONS = ("resize", "resize_mode", "encode")
-_APPLIES = {**source_options(), **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
-PACK_OPTIONS: dict[str, Applies] = {  # each kind's options, then the shared ones
-    name: _APPLIES[name] for name in [*every_kind_default(), *PackOptions.__dataclass_fields__]
-    if name in _APPLIES}
+
+
+def pack_option_table() -> dict[str, Applies]:
+    """Every option that some source kinds or formats do not read, with the kinds that
+    read it: the kinds' own options, then the shared ones (asked of the kinds registered
+    now)."""
+    applies = {**source_options(),
+               **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
+    return {name: applies[name] for name in [*every_kind_default(),
+                                             *PackOptions.__dataclass_fields__]
+            if name in applies}
 
 
 def _flag(name: str) -> str:
@@ -161,7 +168,7 @@ def inapplicable_options(kind: str, to: str, given: set[str]) -> tuple[dict, dic
     each with where it applies: ({name: why}, {name: why})."""
     by_kind, by_format = {}, {}
     format_reads = format_module(to).PACK_OPTIONS
-    for name, applies in PACK_OPTIONS.items():
+    for name, applies in pack_option_table().items():
         if name not in given:
             continue
         if kind not in applies.kinds:
