@@ -4,6 +4,8 @@ The Python API mirrors the CLI:
 
     import packer
     manifest = packer.pack("images", "images-wds", packer.PackOptions(to="webdataset"))
+    packer.pack("export.csv", "export.h5", packer.PackOptions(
+        to="hdf5", source=packer.TableOptions(label_column=("diagnosis",))))
     report = packer.verify("images-wds", against="images")
     for sample in packer.iter_samples("images-wds"): ...
     ds = packer.open_dataset("images-wds", shuffle=True, image_size=64)   # PyTorch
@@ -31,6 +33,9 @@ _LAZY_NAMES = {
     "RAW_IMAGE_FIELD": "packer.sample", "size_bytes": "packer.text",
     "loose_images": "packer.read.loose", "scan_folder": "packer.sources.files.scan",
     "dataset_info": "packer.datasets.info",
+    "FolderOptions": "packer.sources.files.options",
+    "TableOptions": "packer.sources.tables.options",
+    "BinaryOptions": "packer.sources.binary.options",
 }
 
 

@@ -91,36 +91,3 @@ def cache_options(command):
         help="s3:// datasets: the folder that parts are downloaded into and read from, "
              "shared safely by every process that names it, e.g. --cache-dir "
              "/scratch/packer-cache (default: ~/.cache/packer).")(command)
-
-
-# Options of reading a table, shared by `pack` and `inspect-table`.
-sheet_option = click.option("--sheet", metavar="NAME",
-                            help="Excel: the sheet to read (default: the first).")
-header_row_option = click.option(
-    "--header-row", type=click.IntRange(min=1), metavar="N",
-    help="Table: the row (1-based, as a spreadsheet shows it) holding the column names "
-         "(default: guessed; title lines above it are skipped).")
-skip_rows_option = click.option("--skip-rows", type=click.IntRange(min=0), default=0,
-                                show_default=True,
-                                help="Table: rows to skip after the header (a units line, "
-                                     "say).")
-delimiter_option = click.option("--delimiter", metavar="CHAR",
-                                help="CSV: the field delimiter (default: detected among , "
-                                     "tab ; |).")
-decimal_option = click.option(
-    "--decimal", type=click.Choice([".", ","]),
-    help="CSV: the decimal mark (default: detected: a comma when numbers such as 1,5 appear "
-         "and none such as 1.5), e.g. --decimal , which also reads dots as thousands "
-         "separators (1.234,5); --decimal . reads 1,234 as 1234.")
-encoding_option = click.option(
-    "--encoding", metavar="NAME",
-    help="CSV (and for pack, --labels files): the text encoding (default: detected; utf-8, "
-         "utf-8 with BOM, GBK ...), e.g. --encoding gbk.")
-
-
-def table_reading_options(command):
-    """--sheet, --header-row, --skip-rows, --delimiter, --decimal, --encoding."""
-    for option in reversed((sheet_option, header_row_option, skip_rows_option,
-                            delimiter_option, decimal_option, encoding_option)):
-        command = option(command)
-    return command

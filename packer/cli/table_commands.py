@@ -5,12 +5,12 @@ from pathlib import Path
 
 import click
 
-from packer.cli.options import table_reading_options
+from packer.sources.tables.options import READING, click_options
 
 
 @click.command("inspect-table")
 @click.argument("path", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@table_reading_options
+@click_options(*READING)
 @click.option("--rows", type=click.IntRange(min=0), default=5, show_default=True,
               help="First data rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")

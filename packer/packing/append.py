@@ -26,7 +26,7 @@ from packer.formats import format_module
 from packer.formats.manifests import local_manifest
 from packer.manifest import DIGEST_KEY, MANIFEST_NAME, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
-from packer.packing.options import PackOptions, found_labels
+from packer.packing.options import PackOptions, for_source
 from packer.packing.pipeline import PROGRESS_NAME, _save_progress, _setup, _write_samples
 from packer.packing.resume import check_unchanged
 from packer.packing.space import disk_full_reported
@@ -78,7 +78,7 @@ def append_local(path, out, options: PackOptions, on_duplicate: str = "error",
     path, out = path if is_s3(path) else Path(path), Path(out)
     with output_lock(out):
         old = _appendable(out)
-        options = replace(options, to=old["format"], labels=found_labels(path, options.labels),
+        options = replace(for_source(path, options), to=old["format"],
                           shard_size=old["options"].get("shard_size", options.shard_size),
                           max_count=old["options"].get("max_count"))
         return _append_locked(path, out, old, options, on_duplicate, on_part)

@@ -6,24 +6,25 @@ would ignore is refused instead of passing silently. No click here: the CLI says
 which options were given, this module decides.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from packer.errors import UsageProblem
 from packer.formats import DEFAULT_FORMAT, format_module, registered
 from packer.packing.transform import Transform
-from packer.sources import all_kinds, claim, kind_info, source_options
+from packer.sources import all_kinds, claim, kind_info, kind_options, source_kinds, source_options
 from packer.sources.base import Applies
+from packer.sources.options import KindOptions
 from packer.storage.url import is_s3
 
 
 @dataclass
 class PackOptions:
+    """What every pack shares, and `source`: the options of the source's kind (a
+    FolderOptions, BinaryOptions or TableOptions of packer/sources/*/options.py; None
+    gives the defaults of the kind that claims the source)."""
+
     to: str = DEFAULT_FORMAT
-    labels: Path | None = None
-    unlabelled: bool = False
-    group_by_stem: bool = False
-    follow_symlinks: bool = True
     on_error: str = "skip"
     check: str = "header"
     workers: int = 1
@@ -34,26 +35,7 @@ class PackOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
-    spec: str | None = None
-    window: int | None = None
-    stride: int | None = None
-    tail: str | None = None
-    label_field: str | None = None
-    label_spec: str | None = None
-    sheet: str | None = None  # tables (packer/sources/tables, docs/tables.md)
-    header_row: int | None = None
-    skip_rows: int = 0
-    delimiter: str | None = None
-    decimal: str | None = None
-    encoding: str | None = None
-    label_column: tuple = ()
-    feature_columns: tuple = ()
-    drop_columns: tuple = ()
-    key_column: str | None = None
-    na: str = "fail"
-    categorical: tuple = ()
-    date_columns: tuple = ()
-    task: str = "classify"
+    spec: str | None = None  # binary: a spec file, which also chooses the kind
     resize: str | None = None  # the pack-time transform (packer/packing/transform.py)
     resize_mode: str = "crop"
     encode: str = "keep"
@@ -61,6 +43,7 @@ class PackOptions:
     split_by: str | None = None
     split_seed: int = 0
     dedupe: bool = False
+    source: KindOptions | None = None
 
     def transform(self) -> Transform | None:
         """The transform of every image, or None when the files are stored as they are."""
@@ -71,18 +54,46 @@ class PackOptions:
         """The options that shape the output, as the manifest records them (the
         transform's only when there is one: a pack without it records what it did
         before the transform existed)."""
-        kept = asdict(self)
+        kept = {**every_kind_default(), **{f.name: getattr(self, f.name) for f in fields(self)
+                                            if f.name != "source"}}
+        kept.update(vars(self.source) if self.source is not None else {})
         dropped = ["workers", "engine", "address", "resume", "overwrite", "progress"]
         for name in dropped + ([*TRANSFORM_OPTIONS] if self.transform() is None else []):
             kept.pop(name)
-        kept["labels"] = str(self.labels.resolve()) if self.labels else None
-        return kept
+        kept["labels"] = str(Path(kept["labels"]).resolve()) if kept["labels"] else None
+        order = {name: n for n, name in enumerate(RECORDED_ORDER)}
+        return dict(sorted(kept.items(), key=lambda item: order.get(item[0], len(order))))
 
     def shaping(self) -> dict:
         """The recorded options, less the part bounds that the --to format does not
         read: what a resumed run must match."""
         ignored = PART_OPTIONS - format_module(self.to).PACK_OPTIONS
         return {name: value for name, value in self.recorded().items() if name not in ignored}
+
+
+def every_kind_default() -> dict:
+    """Every kind's options at their defaults, flat: a manifest records them all, as one
+    set of options, whichever kind packed."""
+    merged = {}
+    for module in source_kinds():
+        merged.update({name: value for name, value in vars(kind_options(module)()).items()
+                       if name not in merged})
+    return merged
+
+
+def for_source(path, options: PackOptions) -> PackOptions:
+    """`options` with the source options of the kind that claims `path` (its defaults
+    where none were given) and --labels found (`found_labels`); as they are when no kind
+    claims `path` (packing then says why)."""
+    source = options.source
+    if source is None:
+        found = claim(path, options.spec)
+        if found is None:
+            return options
+        source = kind_options(found[0])()
+    if getattr(source, "labels", None) is not None:
+        source = replace(source, labels=found_labels(path, source.labels))
+    return replace(options, source=source)
 
 
 def found_labels(source: Path, labels: Path | None) -> Path | None:
@@ -102,6 +113,14 @@ def found_labels(source: Path, labels: Path | None) -> Path | None:
     raise UsageProblem(f"--labels {labels}: no such file{where}")
 
 
+# The order in which a manifest lists the options, as it has since they were one flat set
+# (`packer view` shows them so); an option of a kind added since comes after these.
+RECORDED_ORDER = (
+    "to", "labels", "unlabelled", "group_by_stem", "follow_symlinks", "on_error", "check",
+    "shard_size", "max_count", "spec", "window", "stride", "tail", "label_field", "label_spec",
+    "sheet", "header_row", "skip_rows", "delimiter", "decimal", "encoding", "label_column",
+    "feature_columns", "drop_columns", "key_column", "na", "categorical", "date_columns", "task",
+    "resize", "resize_mode", "encode", "split", "split_by", "split_seed", "dedupe")
 # Options of every pack, whatever the source and the format.
 EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "overwrite",
                         "spec", "as_json", "quiet", "split", "split_seed", "dedupe",
@@ -110,9 +129,17 @@ EVERY_PACK = frozenset({"to", "out", "workers", "engine", "address", "resume", "
 # does not read them, they are a warning, as scripts pass the same bounds to every format.
 PART_OPTIONS = frozenset({"shard_size", "max_count"})
 TRANSFORM_OPTIONS = ("resize", "resize_mode", "encode")
-_APPLIES = {**source_options(), **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
-PACK_OPTIONS: dict[str, Applies] = {  # in the order of PackOptions, as `--help` lists them
-    name: _APPLIES[name] for name in PackOptions.__dataclass_fields__ if name in _APPLIES}
+
+
+def pack_option_table() -> dict[str, Applies]:
+    """Every option that some source kinds or formats do not read, with the kinds that
+    read it: the kinds' own options, then the shared ones (asked of the kinds registered
+    now)."""
+    applies = {**source_options(),
+               **{name: Applies(frozenset(all_kinds())) for name in PART_OPTIONS}}
+    return {name: applies[name] for name in [*every_kind_default(),
+                                             *PackOptions.__dataclass_fields__]
+            if name in applies}
 
 
 def _flag(name: str) -> str:
@@ -141,7 +168,7 @@ def inapplicable_options(kind: str, to: str, given: set[str]) -> tuple[dict, dic
     each with where it applies: ({name: why}, {name: why})."""
     by_kind, by_format = {}, {}
     format_reads = format_module(to).PACK_OPTIONS
-    for name, applies in PACK_OPTIONS.items():
+    for name, applies in pack_option_table().items():
         if name not in given:
             continue
         if kind not in applies.kinds:
@@ -161,23 +188,27 @@ def _grouped(reasons: dict) -> str:
     return "; ".join(f"{', '.join(names)} ({why})" for why, names in groups.items())
 
 
-def check_pack_options(source: Path, options: dict, given: set[str]) -> str | None:
-    """Refuse `given` options (those set on the command line) that this source would
-    ignore; return the warning about those only the --to format ignores, if any."""
-    _check_engine(options, given)
-    _check_resize_mode(options, given)
-    found = claim(source, options.get("spec"))
+def pack_options(source, values: dict, given: set[str], **shared) -> tuple[PackOptions, str | None]:
+    """The PackOptions of the command line's flat `values`: the shared ones, and those
+    the kind that claims `source` reads. Refuses `given` options (those set on the
+    command line) that this source would ignore; the warning about those only the --to
+    format ignores comes with them, or None."""
+    _check_engine(values, given)
+    _check_resize_mode(values, given)
+    names = set(PackOptions.__dataclass_fields__)
+    options = PackOptions(**{k: v for k, v in values.items() if k in names}, **shared)
+    found = claim(source, values.get("spec"))
     if found is None:  # packing says why
-        return None
-    _, kind = found
-    by_kind, by_format = inapplicable_options(kind, options["to"], given)
+        return options, None
+    module, kind = found
+    by_kind, by_format = inapplicable_options(kind, values["to"], given)
     if by_kind:
         raise UsageProblem(f"these options do not apply to {source}, taken for "
                            f"{kind_info(kind).taken_for}: "
                            f"{_grouped({**by_kind, **by_format})}. Leave them out.")
-    if by_format:
-        return f"Warning: --to {options['to']} ignores {_grouped(by_format)}."
-    return None
+    options = replace(options, source=kind_options(module).of(values))
+    return options, (f"Warning: --to {values['to']} ignores {_grouped(by_format)}."
+                     if by_format else None)
 
 
 def _check_resize_mode(options: dict, given: set[str]) -> None:

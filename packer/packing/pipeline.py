@@ -14,7 +14,7 @@ import secrets
 import shutil
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from packer.formats import format_module
 from packer.formats.manifests import is_packed
 from packer.manifest import MANIFEST_NAME, partial_path, seal, write_json_atomic
 from packer.packing.lock import output_lock
-from packer.packing.options import PackOptions, found_labels
+from packer.packing.options import PackOptions, for_source
 from packer.packing.parallel import engine_map
 from packer.packing.ray_engine import check_cluster
 from packer.packing.resume import check_unchanged
@@ -318,7 +318,7 @@ def pack_local(path, out, options: PackOptions, on_part=None, record: Path | Non
     complete). `record`: where a staged pack keeps its progress record once complete
     (for `check_same_input`; not for an s3:// object, packed from a copy)."""
     path, out = path if is_s3(path) else Path(path), Path(out)
-    options = replace(options, labels=found_labels(path, options.labels))
+    options = for_source(path, options)
     check_paths(path, out, options)
     _make_parents(out)
     if options.engine == "ray":
@@ -398,6 +398,6 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
 def check_same_input(path, options: PackOptions, record: dict, shown: str) -> None:
     """Refuse to go on with the complete pack `record` describes when its input changed
     since (the listing, or a file modified after the pack began), naming `shown`."""
-    options = replace(options, labels=found_labels(path, options.labels))
+    options = for_source(path, options)
     source, _ = open_source(path, options)
     check_unchanged(source, _setup(source, options), record, shown)

@@ -223,10 +223,11 @@ def _notes(entry: dict, options) -> list[str]:
         f" (its share, {entry['ratios'][name]:g}, of {total:,} samples is under one)"
         if entry["ratios"] else "") for name, split in entry["sets"].items()
         if not split["count"]]
-    if options.window and options.stride and options.stride < options.window:
-        notes.append(f"windows of {options.window} records every {options.stride} overlap, so "
+    window, stride = (getattr(options.source, name, None) for name in ("window", "stride"))
+    if window and stride and stride < window:
+        notes.append(f"windows of {window} records every {stride} overlap, so "
                      "neighbouring windows in two splits share records, which the leak check "
                      "(identical samples) does not see; --stride "
-                     f"{options.window} or more keeps each record in one window")
+                     f"{window} or more keeps each record in one window")
     return notes
 

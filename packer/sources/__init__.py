@@ -2,10 +2,12 @@
 
 Each kind is a package named here (its protocol: packer/sources/base.py); they are
 asked in this order, and each package's `__init__` is light, so that asking never
-imports numpy or pandas. A new kind is one package and one line below.
+imports numpy or pandas. A new kind is one package and one line below: its options
+(a dataclass and its click options, packer/sources/options.py) come with it.
 """
 
 import importlib
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -65,8 +67,27 @@ def claimed(path: Path, spec: str | None) -> tuple[ModuleType, str]:
 
 def open_source(path: Path, options):
     """The scanned source for `path`, and the function its jobs are read with."""
-    module, _ = claimed(path, options.spec)
+    module, kind = claimed(path, options.spec)
+    wanted = kind_options(module)
+    if options.source is None:
+        options = replace(options, source=wanted())
+    elif not isinstance(options.source, wanted):
+        raise UsageProblem(f"{path} is {kind_info(kind).taken_for}, whose options are a "
+                           f"{wanted.__name__}, not a {type(options.source).__name__}: give "
+                           f"PackOptions(source={wanted.__name__}(...)), or leave source out")
     return module.scan_input(path if is_s3(path) else Path(path), options)
+
+
+def kind_options(module: ModuleType) -> type:
+    """The options dataclass of the source kind `module` (its OPTIONS_MODULE's Options)."""
+    return importlib.import_module(module.OPTIONS_MODULE).Options
+
+
+def option_groups() -> list:
+    """Each kind's click options (its OPTIONS_MODULE's click_options), in the registry's
+    order: `packer pack` takes them all."""
+    return [importlib.import_module(module.OPTIONS_MODULE).click_options
+            for module in source_kinds()]
 
 
 def kind_info(kind: str) -> Kind:

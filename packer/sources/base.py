@@ -7,6 +7,9 @@ ask which one claims a path) and declares:
     NAME         the kind's name
     KINDS        {kind: Kind}: the kinds of input it takes (a folder, a CSV, a dump ...)
     OPTIONS      {pack option: Applies}: which of its kinds read each option
+    OPTIONS_MODULE  the module holding `Options`, the dataclass of the options it reads
+                 (a KindOptions: packer/sources/options.py), and `click_options`, the
+                 decorator that adds them to `packer pack`
     UNCLAIMED    what a path must be for this kind, for the error when no kind claims it
     RECORDED_AS  the manifest's `source.kind` values its sources write
     claims(path, spec) -> kind or None
@@ -15,7 +18,8 @@ ask which one claims a path) and declares:
                  the cache and scans as a local file (otherwise a prefix, which the kind's
                  scan_input takes as the URL)
     scan_input(path, options) -> (Source, read_job): the scanned input, and the
-                 module-level function a packing worker runs on each of its jobs
+                 module-level function a packing worker runs on each of its jobs;
+                 `options` is a PackOptions, whose `source` is this kind's Options
     summary_text(manifest) -> what a pack summary adds for this kind, or None
     against      None, or against(manifest, folder) -> a comparer whose check(sample)
                  lists how a packed sample differs from its source file, and whose

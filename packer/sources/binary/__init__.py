@@ -13,6 +13,8 @@ binary files.
     chunks.py            chunked containers (RIFF WAV, AIFF) walked to their records
     records.py           how records and windows of records become samples
     source.py            the source: a dump or a folder of binary files, packed
+    options.py           BinaryOptions: records, windows, labels; their click options
+    compare.py           `packer verify --against`: a dump or a folder, read again
     inspect.py, hexview.py, overlay.py   what `packer inspect-binary` shows
     specs/               worked specs, loadable by name
 
@@ -60,11 +62,12 @@ OPTIONS = {
 }
 UNCLAIMED = "a binary dump is packed with --spec"
 RECORDED_AS = ("binary", "binary-files")
+OPTIONS_MODULE = "packer.sources.binary.options"
 AGAINST_FILES = True  # --against takes the dump (a file) or the folder it was packed from
 
 
 def against(manifest: dict, path: Path):
-    from packer.sources.compare import Folder, dump_against
+    from packer.sources.binary.compare import Folder, dump_against
 
     if manifest["source"]["kind"] == "binary-files":
         return Folder(manifest, path)
@@ -98,5 +101,5 @@ def scan_input(path: Path, options):
     from packer.sources.binary.source import BinaryDump, BinaryFolder, read_folder_job, read_job
 
     if path.is_dir():
-        return BinaryFolder(path, options), read_folder_job
-    return BinaryDump(path, options), read_job
+        return BinaryFolder(path, options.spec, options.source), read_folder_job
+    return BinaryDump(path, options.spec, options.source), read_job

@@ -34,7 +34,6 @@ from packer.sources.binary.dump import open_dump
 from packer.sources.binary.records import Windows, record_arrays, window_arrays
 from packer.sources.binary.spec import load_spec
 from packer.sources.files.read import read_file
-from packer.sources.files.scan import scan_folder
 
 
 class BinaryDump(Source):
@@ -48,10 +47,11 @@ class BinaryDump(Source):
         widened = any(f.widened for f in self.spec.record.fields)
         return (SAMPLES,) if widened else (RECORDS, SAMPLES)
 
-    def __init__(self, path: Path, options):
-        self.path, self.spec_name = Path(path), options.spec
+    def __init__(self, path: Path, spec: str, options):
+        """`options`: a BinaryOptions (packer/sources/binary/options.py)."""
+        self.path, self.spec_name = Path(path), spec
         self.tail, self.label_field = options.tail, options.label_field
-        self.spec = load_spec(options.spec)
+        self.spec = load_spec(spec)
         self.plain = PlainFile(self.path)  # a compressed dump, decompressed once for all jobs
         self.dump = open_dump(self.path, self.spec, self.tail, self.plain)
         self.spec = self.dump.spec  # a chunked file's (WAV, AIFF) own layout
@@ -244,11 +244,10 @@ class BinaryFolder:
 
     kind = "binary-files"
 
-    def __init__(self, path: Path, options):
-        self.spec, self.tail = load_spec(options.spec), options.tail
-        self.scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
-                                      follow_symlinks=options.follow_symlinks,
-                                      labels_encoding=options.encoding)
+    def __init__(self, path: Path, spec: str, options):
+        """`options`: a BinaryOptions, whose folder options scan the folder."""
+        self.spec, self.tail = load_spec(spec), options.tail
+        self.scan = options.scan(path)
         names = self.spec.field_names
         self.field_specs = {f"{name}.npy": {"dtype": "bytes"} for name in names}
         if self.spec.container:

@@ -6,6 +6,7 @@
     labels.py   filename,label CSV files
     checks.py   cheap signature and end-marker checks, optional full decode
     compare.py  `packer verify --against`: packed samples against the source folder
+    options.py  FolderOptions: how a folder is scanned, and their click options
 """
 
 from pathlib import Path
@@ -25,6 +26,7 @@ OPTIONS.update(resize=Applies(_FOLDER), encode=Applies(_FOLDER),  # the pack-tim
                split_by=Applies(_FOLDER, needs={FOLDER: "split"}))  # groups from the paths
 UNCLAIMED = "not a folder"
 RECORDED_AS = ("files",)
+OPTIONS_MODULE = "packer.sources.files.options"
 
 
 def claims(path: Path, spec: str | None) -> str | None:
@@ -42,22 +44,17 @@ def claims_url(url: str, spec: str | None, one_object: bool) -> str | None:
 
 def scan_input(path, options):
     """The scanned folder (a local path, or an s3:// prefix), and the function its jobs
-    are read with."""
+    are read with; `options.source` is a FolderOptions."""
     from packer.storage.url import is_s3
 
     if is_s3(path):
         from packer.sources.files.objects import scan_prefix
         from packer.sources.files.read import read_object_job
 
-        return scan_prefix(path, options), read_object_job
+        return scan_prefix(path, options.source), read_object_job
     from packer.sources.files.read import read_job
-    from packer.sources.files.scan import scan_folder
 
-    scan = scan_folder(path, labels=options.labels, unlabelled=options.unlabelled,
-                       group_by_stem=options.group_by_stem,
-                       follow_symlinks=options.follow_symlinks,
-                       labels_encoding=options.encoding)
-    return scan, read_job
+    return options.source.scan(path), read_job
 
 
 def against(manifest: dict, folder: Path):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from packer.manifest import layout_label
 from packer.sample import KEY, restored_path
-from packer.sources.files.scan import scan_folder
+from packer.sources.files.options import FolderOptions
 
 
 class Against:
@@ -41,12 +41,7 @@ class Against:
 
     def unaccounted(self, manifest: dict) -> list[str]:
         """Source files neither packed nor listed as skipped or ignored."""
-        options = manifest["options"]
-        scan = scan_folder(self.source, labels=Path(options["labels"]) if options["labels"]
-                           else None, unlabelled=options["unlabelled"],
-                           group_by_stem=options["group_by_stem"],
-                           follow_symlinks=options["follow_symlinks"],
-                           labels_encoding=options.get("encoding"))
+        scan = FolderOptions.of(manifest["options"]).scan(self.source)
         listed = {e["path"] for e in manifest["skipped"] + manifest["ignored"]}
         listed |= {e["path"] for e in scan.notes.skipped + scan.notes.ignored}
         return [f"{p}: in the source but neither packed nor listed as skipped"

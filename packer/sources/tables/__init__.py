@@ -7,6 +7,8 @@
     source.py    the source: the table checked, spooled and read into samples
     summary.py   what the pack summary says of a table
     inspect.py   what `packer inspect-table` shows
+    options.py   TableOptions: how a table is read and its columns used; click options
+    compare.py   `packer verify --against`: the table's rows against the samples packed
 
 A text table's encoding is found by packer/sources/encoding.py (shared with labels
 files). pandas is imported only when a table is scanned; the user's view is
@@ -37,11 +39,12 @@ OPTIONS.update(sheet=Applies(frozenset({EXCEL})), header_row=Applies(frozenset({
 UNCLAIMED = ("a table must end in " + ", ".join(TABLE_SUFFIXES[:-1]) + " or "
              + TABLE_SUFFIXES[-1] + " (compressed: also .gz, .bz2 or .xz)")
 RECORDED_AS = ("table",)
+OPTIONS_MODULE = "packer.sources.tables.options"
 AGAINST_FILES = True  # --against takes the table file
 
 
 def against(manifest: dict, path: Path):
-    from packer.sources.compare import table_against
+    from packer.sources.tables.compare import table_against
 
     return table_against(manifest, path)
 
@@ -77,4 +80,4 @@ def scan_input(path: Path, options):
     """The checked and spooled table, and the function its jobs are read with."""
     from packer.sources.tables.source import TableSource, read_job
 
-    return TableSource(path, options), read_job
+    return TableSource(path, options.source), read_job
