@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from PIL import Image
 
 import packer
-from packer.read.batches import collate_samples
+from packer.read.collate import collate_samples
 from packer.sample import PIL_FORMATS
 
 SIDE = 16

@@ -1,7 +1,7 @@
 """A column of values that lie one after another in one buffer, as a reader may give
 a window of samples: a tar reader reads a window's runs into one of a DataLoader
 worker's shared slots, and each value is where it lies there, with no copy of its
-own (packer.formats.webdataset.tarindex, packer.read.batches)."""
+own (packer.formats.webdataset.tarindex, packer.read.handover)."""
 
 from typing import NamedTuple
 

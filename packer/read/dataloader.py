@@ -1,14 +1,15 @@
 """packer.DataLoader: torch's DataLoader over a PackedDataset, which makes the batches
 in its workers, knows how many were consumed (for an exact resume), and counts them."""
 
-import gc
 import multiprocessing
 
 import numpy.random  # noqa: F401  torch seeds it in every worker: imported once, before they fork
 import torch
 
 from packer.read import ring
-from packer.read.batches import collate_samples, in_turn, landed, widen_result_pipe
+from packer.read.collate import collate_samples
+from packer.read.forking import frozen_for_fork
+from packer.read.handover import in_turn, landed, widen_result_pipe
 from packer.read.loader import PackedDataset
 
 _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
@@ -17,7 +18,7 @@ _LOADER_ARGS = ("batch_size", "shuffle", "sampler", "batch_sampler", "num_worker
 
 
 # Handovers each worker makes ahead of the training process (torch's prefetch_factor,
-# its default): each holds up to 8 batches that are quick to make (packer.read.batches),
+# its default): each holds up to 8 batches that are quick to make (packer.read.handover),
 # one that is not.
 PREFETCH = 2
 
@@ -58,32 +59,27 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(self.dataset, PackedDataset) or not self.batch_size:
             return super().__len__()
         # what is left of the epoch after a loaded state_dict, worker by worker
-        return sum(self.dataset.worker_batches(max(self.num_workers, 1), self.batch_size,
-                                               self.drop_last))
+        return sum(self.dataset.worker_batches(self.dataset.plan_workers(max(self.num_workers, 1)),
+                                               self.batch_size, self.drop_last))
 
     def __iter__(self):
         dataset = self.dataset
         tracking = isinstance(dataset, PackedDataset)
         workers = self.num_workers
+        if tracking and dataset.streams and not self._batches_from_dataset:
+            raise ValueError(f"a dataset of streams={dataset.streams} is batched by "
+                             "packer.DataLoader itself: give batch_size, and no collate_fn "
+                             "(a transform= of the dataset changes samples instead)")
         if self._batches_from_dataset:  # read by the workers (or the iterator) made now
             dataset.batch_as((self.batch_size, self.drop_last))
-        # The workers fork with this process's objects out of the collector's reach: a
-        # collection in a worker before it reads would write to every page holding them,
-        # and copy each (20 MB and more a worker). Python's gc.freeze advice for fork;
-        # not where the program freezes objects itself (unfreezing would undo that), nor
-        # with no workers (unfreezing moves every young object to the oldest generation).
-        ours = workers > 0 and gc.get_freeze_count() == 0
         forking = workers > 0 and self._forks() and \
             not (self.persistent_workers and self._iterator is not None)
         arenas = ring.map_arenas(workers) if forking else []
-        if ours:
-            gc.freeze()
         try:
-            batches_in = super().__iter__()
+            with frozen_for_fork(workers):
+                batches_in = super().__iter__()
         finally:
             ring.forked()
-            if ours:
-                gc.unfreeze()
             if self._batches_from_dataset:
                 dataset.batch_as(None)
         ring.LANDING.begin_epoch()
@@ -106,17 +102,19 @@ class DataLoader(torch.utils.data.DataLoader):
     def _batches(self, batches_in, dataset, tracking: bool, workers: int):
         widen_result_pipe(batches_in)
         pin = bool(getattr(batches_in, "_pin_memory", False))  # torch's: only where it can
+        cut = dataset.plan_workers(workers) if tracking else workers
         if tracking:
-            dataset.count_by_worker(workers if self._batches_from_dataset else None)
+            dataset.count_by_worker(cut if self._batches_from_dataset and workers else None)
         if self._batches_from_dataset and workers:
-            handed = in_turn(batches_in, dataset.worker_batches(workers, self.batch_size,
-                                                                self.drop_last))
+            handed = in_turn(batches_in, dataset.worker_batches(cut, self.batch_size,
+                                                                self.drop_last),
+                             dataset.first_stream(cut, self.batch_size))
         else:
             handed = ((batch, None, None) for batch in batches_in)
         for count, (batch, worker, size) in enumerate(handed, start=1):
             if worker is not None:
                 dataset.delivered(worker, size)
             elif tracking:
-                dataset.consumed(count, self.batch_size, workers, self.drop_last)
+                dataset.consumed(count, self.batch_size, cut, self.drop_last)
             if batch is not None:  # None: a batch whose every sample was skipped
                 yield landed(batch, pin) if self._batches_from_dataset else batch

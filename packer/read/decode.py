@@ -84,7 +84,7 @@ class Decoder:
             raise ValueError(f"decode={mode!r}: use one of {', '.join(DECODE_MODES)}")
         self.mode, self.size, self.decoders = mode, _size(image_size), decoders or {}
         self.reduced = not exact_resize  # JPEGs decoded at a reduced scale where it covers
-        self.arrays = False  # rgb8 images as (H, W, 3) arrays, for packer.read.batches
+        self.arrays = False  # rgb8 images as (H, W, 3) arrays, for packer.read.collate
         self.image_key = image_key  # every image field is renamed to this, when given
 
     def field(self, name: str, value):

@@ -17,7 +17,7 @@ import torch
 
 from packer.formats.msgpack_columns import Bins
 from packer.formats.spans import Spans
-from packer.read.batches import batch_buffer, pixel_batch
+from packer.read.collate import batch_buffer, pixel_batch
 from packer.read.decode import IMAGE_FIELDS, field_kind, npy_array
 from packer.sample import KEY, RAW_IMAGE_FIELD
 

@@ -24,19 +24,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from packer.errors import DatasetError
 from packer.manifest import split_ranges
-from packer.read import lean, mix, plan
-from packer.read.batches import (
-    GROUP,
-    batches,
-    collate_samples,
-    collate_with_pixels,
-    freeze_inherited_objects,
-    handed_over,
-    slot_buffer,
-)
+from packer.read import lean, mix, plan, streams
+from packer.read.collate import batches, collate_samples, collate_with_pixels, slot_buffer
 from packer.read.dataset import PackedParts, open_parts
 from packer.read.decode import Decoder, image_field, is_image_field, preload
 from packer.read.elastic import Order
+from packer.read.forking import freeze_inherited_objects
+from packer.read.handover import GROUP, handed_over
 from packer.read.progress import EpochProgress
 from packer.sample import KEY
 from packer.text import without_addresses
@@ -59,7 +53,7 @@ class PackedDataset(EpochProgress, IterableDataset):
                  remainder: str = "pad", on_error: str = "warn", shuffle_buffer: int = 1024,
                  unit: int = 64, holdout: tuple[float, str] | None = None,
                  exact_resize: bool = False, threads: int = 0, order=None,
-                 split: str | None = None):
+                 split: str | None = None, streams: int | None = None):
         if threads < 0:
             raise ValueError(f"threads={threads}: give 0 (decode in the reading process or "
                              "worker) or the number of decoding threads")
@@ -67,8 +61,8 @@ class PackedDataset(EpochProgress, IterableDataset):
             raise ValueError(f"remainder={remainder!r}: use 'pad' or 'drop'")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}: use one of {', '.join(ON_ERROR)}")
-        if shuffle_buffer < 1 or unit < 1:
-            raise ValueError("shuffle_buffer and unit must be at least 1")
+        if shuffle_buffer < 1 or unit < 1 or (streams is not None and streams < 1):
+            raise ValueError("shuffle_buffer, unit and streams must be at least 1")
         if holdout is not None and not (0 < holdout[0] < 1 and holdout[1] in ("train", "val")):
             raise ValueError(f"holdout={holdout!r}: give (fraction between 0 and 1, "
                              "'train' or 'val')")
@@ -86,7 +80,7 @@ class PackedDataset(EpochProgress, IterableDataset):
         # Samples decoded to tensors are batched: one without the image cannot be
         self.required_image = (("image" if self.image_field == "image" else self.image_field)
                                if decode == "rgb8" else None)
-        self.transform, self.threads = transform, threads
+        self.transform, self.threads, self.streams = transform, threads, streams
         self.remainder, self.on_error = remainder, on_error
         self.window, self.unit = shuffle_buffer, unit if source.seekable else None
         self.holdout = holdout
@@ -135,21 +129,24 @@ class PackedDataset(EpochProgress, IterableDataset):
         holes = bool(batching) and self.on_error == "skip"  # see batches()
         planned = self._lean_plan(arrays) if batching else None
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        mine, cut = streams.of_worker(worker, workers, self.streams), self.plan_workers(workers)
+        first = self.first_stream(cut, batching[0] if batching else 1)
         freeze_inherited_objects()
+        self._emitted = 0
         collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
         if planned:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
-            return handed_over(self._planned_batches(worker, workers, planned, batching,
-                                                     decoded, info is None),
-                               worker if info else None, GROUP)
-        samples = self.iter_worker(worker, workers, arrays, holes)
-        if info is None:
-            samples = self._counted(samples)
+            made = {stream: self._planned_batches(stream, cut, planned, batching, decoded,
+                                                  info is None) for stream in mine}
+            return handed_over(streams.in_rounds(made, first), info is not None, GROUP)
+        made = {stream: self.iter_worker(stream, cut, arrays, holes) for stream in mine}
         if batching is None:
-            return samples
-        return handed_over(batches(samples, *batching, collate), worker if info else None, 1)
+            samples = (sample for _, sample in streams.in_rounds(made, first))
+            return self._counted(samples) if info is None else samples
+        made = {stream: batches(samples, *batching, collate) for stream, samples in made.items()}
+        return handed_over(streams.in_rounds(made, first), info is not None, 1)
 
     def _planned_batches(self, worker: int, workers: int, planned: lean.Plan,
                          batching: tuple[int, bool], decoded, counted: bool):
@@ -163,7 +160,6 @@ class PackedDataset(EpochProgress, IterableDataset):
         reader = self.source.reader(runs)
         pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
         collate = partial(lean.pieces_batch, lean=planned, decoded=partial(decoded, pool=pool))
-        self._emitted = 0
         try:
             windows = plan.read_windows(reader, runs, self.window, self._order(worker),
                                         self._skip(worker, workers), in_place, True,
@@ -197,7 +193,7 @@ class PackedDataset(EpochProgress, IterableDataset):
         return collate(good) if good else None
 
     def _counted(self, samples):
-        self._emitted = 0  # positions passed, skipped samples too (they are None here)
+        """`samples`, counted as they pass (skipped ones too: they are None here)."""
         for sample in samples:
             self._emitted += 1
             yield sample
@@ -328,7 +324,7 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                  shuffle_buffer: int = 1024, unit: int = 64, holdout=None,
                  exact_resize: bool = False, threads: int = 0, cache_dir=None,
                  cache_limit=None, weights=None, samples: int | None = None,
-                 split: str | None = None) -> PackedDataset:
+                 split: str | None = None, streams: int | None = None) -> PackedDataset:
     """Open a packed dataset (any format `packer pack` writes) or plain WebDataset
     shards (a folder, `shard-{000000..000009}.tar`, http(s)://, pipe:, s3://) for training.
 
@@ -356,6 +352,9 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                      run out has given each of its samples once)
     split            only the samples of this split, made when the dataset was packed
                      (`packer pack --split`, or its train/, val/, test/ folders)
+    streams          cut each rank's share into this many streams, so that
+                     packer.DataLoader makes the same batches in the same order whatever
+                     its num_workers (packer.read.streams); default: one per worker
     """
     order = None
     if split is not None and (weights is not None or samples is not None):
@@ -372,4 +371,4 @@ def open_dataset(path, *, shuffle: bool = False, seed: int = 0, decode: str = "r
                          decoders=decoders, rank=rank, world_size=world_size, remainder=remainder,
                          on_error=on_error, shuffle_buffer=shuffle_buffer, unit=unit,
                          holdout=holdout, exact_resize=exact_resize, threads=threads,
-                         split=split)
+                         split=split, streams=streams)

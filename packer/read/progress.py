@@ -2,7 +2,6 @@
 same or another number of DataLoader workers and ranks (packer.read.elastic)."""
 
 from packer.read import elastic, plan
-from packer.read.batches import consumed_per_worker
 
 
 class EpochProgress:
@@ -14,6 +13,11 @@ class EpochProgress:
 
     _resume: dict | None = None
     _folded: list | None = None  # `done` of the loaded state folded with its progress
+
+    def plan_workers(self, workers: int) -> int:
+        """The workers the epoch's plan is cut for: the dataset's streams, else the
+        DataLoader's `workers` (packer.read.streams)."""
+        return self.streams or workers
 
     def count_by_worker(self, workers: int | None) -> None:
         """packer.DataLoader begins an epoch whose batches it counts worker by worker
@@ -48,6 +52,19 @@ class EpochProgress:
         left = [size - self._skip(worker, num_workers)
                 for worker, size in enumerate(self.worker_sizes(num_workers))]
         return [size // batch_size if drop_last else -(-size // batch_size) for size in left]
+
+    def first_stream(self, num_workers: int, batch_size: int) -> int:
+        """The worker of the plan (a stream) whose batch comes first in a resumed epoch,
+        so that batches come in the order of a read that was never stopped: of those with
+        samples left, the first to have given the fewest batches (0 for a fresh epoch, or
+        a state cut afresh)."""
+        _, skips = self._plan(num_workers)
+        if not skips:
+            return 0
+        sizes = self.worker_sizes(num_workers)
+        live = [w for w in range(num_workers) if sizes[w] > skips[w]]
+        fewest = min((skips[w] // batch_size for w in live), default=0)
+        return next((w for w in live if skips[w] // batch_size == fewest), 0)
 
     def _resumed(self) -> dict | None:
         """The loaded state, where it is of this epoch and past its start (a state taken
@@ -122,3 +139,18 @@ class EpochProgress:
                         **state}
         self._folded = None
         self.epoch = state["epoch"]
+
+
+def consumed_per_worker(sizes: list[int], batch_size: int, drop_last: bool,
+                        batches: int) -> list[int]:
+    """Samples of each worker in the first `batches` batches of a DataLoader, which
+    takes batches from its workers in turn, passing over those that have run out."""
+    per_worker = [size // batch_size if drop_last else -(-size // batch_size) for size in sizes]
+    consumed, round_ = [0] * len(sizes), 0
+    while batches > 0 and round_ < max(per_worker, default=0):
+        for worker, size in enumerate(sizes):
+            if batches > 0 and round_ < per_worker[worker]:
+                consumed[worker] += min(batch_size, size - round_ * batch_size)
+                batches -= 1
+        round_ += 1
+    return consumed

@@ -32,7 +32,7 @@ from torch.utils.data import get_worker_info
 
 from packer.formats.spans import Spans
 
-SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.batches)
+SLOTS = 32  # buffers per worker: the batches of 4 handovers (packer.read.handover)
 ARENA_BYTES = 256 << 20  # address space for a forked worker's slots (used as written)
 _PAGE = 4096
 

@@ -17,7 +17,7 @@ from conftest import class_images, image_bytes, run
 from packer.errors import DatasetError
 from packer.formats.spans import Spans
 from packer.read import plan, ring
-from packer.read.batches import collate_samples
+from packer.read.collate import collate_samples
 
 
 @pytest.fixture(scope="module")

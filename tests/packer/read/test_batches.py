@@ -12,7 +12,7 @@ from PIL import Image
 import packer
 from conftest import image_bytes, run
 from packer.formats import FORMAT_NAMES
-from packer.read.batches import collate_samples
+from packer.read.collate import collate_samples
 from packer.read.pixels import rgb8_tensor
 
 

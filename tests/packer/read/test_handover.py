@@ -14,7 +14,8 @@ from torch.utils.data._utils.pin_memory import pin_memory
 import packer
 from conftest import class_images, run
 from packer.formats.spans import Spans
-from packer.read import batches, ring
+from packer.read import collate, ring
+from packer.read import handover as crossing
 
 
 def made(count: int, nbytes: int = 8):
@@ -23,21 +24,36 @@ def made(count: int, nbytes: int = 8):
             for i in range(count)]
 
 
+def of(worker: int, pairs: list) -> list:
+    """The pairs tagged with the worker of the plan they are of."""
+    return [(worker, pair) for pair in pairs]
+
+
 def test_a_worker_hands_over_up_to_a_group_of_batches_and_its_bytes(monkeypatch):
-    handovers = list(batches.handed_over(made(19), 1, batches.GROUP))
+    handovers = list(crossing.handed_over(of(1, made(19)), True, crossing.GROUP))
     assert [len(h.batches) for h in handovers] == [8, 8, 3]
     assert all(h.worker == 1 and h.sizes == (3,) * len(h.batches) for h in handovers)
-    assert [len(h.batches) for h in batches.handed_over(made(3), 0, 1)] == [1, 1, 1]
-    monkeypatch.setattr(batches, "GROUP_BYTES", 20)
-    assert [len(h.batches) for h in batches.handed_over(made(7, 8), 0, 8)] == [3, 3, 1]
+    assert [len(h.batches) for h in crossing.handed_over(of(0, made(3)), True, 1)] == [1, 1, 1]
+    monkeypatch.setattr(crossing, "GROUP_BYTES", 20)
+    assert [len(h.batches) for h in crossing.handed_over(of(0, made(7, 8)), True, 8)] == [3, 3, 1]
     jpegs = [({"__key__": ["k"], "jpg": [b"x" * 100, b"y" * 50]}, 2) for _ in range(5)]
-    monkeypatch.setattr(batches, "GROUP_PIPED", 300)
-    assert [len(h.batches) for h in batches.handed_over(jpegs, 0, 8)] == [2, 2, 1]
-    assert [b["__key__"] for b in batches.handed_over(made(2), None, 8)] == [["k0"], ["k1"]]
+    monkeypatch.setattr(crossing, "GROUP_PIPED", 300)
+    assert [len(h.batches) for h in crossing.handed_over(of(0, jpegs), True, 8)] == [2, 2, 1]
+    assert [b["__key__"] for b in crossing.handed_over(of(0, made(2)), False, 8)] == [["k0"],
+                                                                                     ["k1"]]
 
 
-def handover(worker: int, first: int, count: int) -> batches.Handover:
-    return batches.Handover(worker, (1,) * count, [f"w{worker}b{i}"
+def test_a_handover_holds_the_batches_of_one_stream():
+    """A worker reading several streams (packer.read.streams) hands over each stream's
+    consecutive batches together, never two streams' in one."""
+    rounds = [(stream, pair) for pair in made(2) for stream in (1, 3)]
+    rounds += of(3, made(2))
+    handovers = list(crossing.handed_over(rounds, True, 8))
+    assert [(h.worker, len(h.batches)) for h in handovers] == [(1, 1), (3, 1), (1, 1), (3, 3)]
+
+
+def handover(worker: int, first: int, count: int) -> crossing.Handover:
+    return crossing.Handover(worker, (1,) * count, [f"w{worker}b{i}"
                                                    for i in range(first, first + count)])
 
 
@@ -46,12 +62,12 @@ def test_handovers_are_given_in_torchs_order_of_batches():
     batches come one of each worker's in turn, passing over workers that are done."""
     items = [handover(0, 0, 2), handover(1, 0, 2), handover(0, 2, 2), handover(1, 2, 1),
              handover(0, 4, 1)]
-    order = [batch for batch, _, _ in batches.in_turn(items, [5, 3])]
+    order = [batch for batch, _, _ in crossing.in_turn(items, [5, 3])]
     assert order == ["w0b0", "w1b0", "w0b1", "w1b1", "w0b2", "w1b2", "w0b3", "w0b4"]
-    assert [worker for _, worker, _ in batches.in_turn(items, [5, 3])] == [0, 1] * 3 + [0, 0]
+    assert [worker for _, worker, _ in crossing.in_turn(items, [5, 3])] == [0, 1] * 3 + [0, 0]
     # fewer batches than counted, or more: every batch still comes, once
-    assert sorted(b for b, _, _ in batches.in_turn(items, [7, 3])) == sorted(order)
-    assert sorted(b for b, _, _ in batches.in_turn(items, [2, 1])) == sorted(order)
+    assert sorted(b for b, _, _ in crossing.in_turn(items, [7, 3])) == sorted(order)
+    assert sorted(b for b, _, _ in crossing.in_turn(items, [2, 1])) == sorted(order)
 
 
 def test_torchs_pinning_thread_passes_over_batches_on_their_way():
@@ -60,8 +76,8 @@ def test_torchs_pinning_thread_passes_over_batches_on_their_way():
     slot was free, and after its slots every batch crossed as a new shared file."""
     slots = ring.WorkerSlots()
     ref = slots.ref(slots.tensor((2, 3)))
-    shipped = batches.Shipped({"x": ref, "__key__": ["a", "b"]}, (), ("x",))
-    group = batches.Handover(0, (2,), [shipped])
+    shipped = crossing.Shipped({"x": ref, "__key__": ["a", "b"]}, (), ("x",))
+    group = crossing.Handover(0, (2,), [shipped])
     out = pin_memory(group)
     assert out is group and out.batches[0].batch["x"].storage is ref.storage
 
@@ -108,43 +124,44 @@ def test_a_resume_after_any_batch_of_a_handover_delivers_the_rest_once(raw, stop
             break
     rest = [key for batch in loader(ds.state_dict())[1] for key in batch["__key__"]]
     assert sorted(seen + rest) == sorted(epoch) and len(seen + rest) == len(epoch)
-    assert seen == epoch[:len(seen)]
+    assert seen + rest == epoch  # the rest in the order of the uninterrupted epoch
 
 
 @pytest.fixture
 def in_a_worker(monkeypatch):
     """shipped() as a DataLoader worker runs it, with slots of its own."""
-    monkeypatch.setattr(batches, "get_worker_info", lambda: object())
+    monkeypatch.setattr(crossing, "get_worker_info", lambda: object())
+    monkeypatch.setattr(collate, "get_worker_info", lambda: object())
     monkeypatch.setattr(ring, "_WORKER", {})
     return ring.worker_slots()
 
 
 def test_bytes_values_cross_in_a_slot_and_land_as_the_same_bytes(in_a_worker):
     values = [bytes([i]) * (100 + i) for i in range(64)] + [b""]
-    out = batches.shipped({"__key__": ["k"] * 65, "jpg": values, "cls": torch.arange(65)})
-    assert out.packed == ("jpg",) and isinstance(out.batch["jpg"], batches.SlotBytes)
+    out = crossing.shipped({"__key__": ["k"] * 65, "jpg": values, "cls": torch.arange(65)})
+    assert out.packed == ("jpg",) and isinstance(out.batch["jpg"], crossing.SlotBytes)
     slot = out.batch["jpg"].pieces[0][0].slot
-    assert batches.landed(out)["jpg"] == values
+    assert crossing.landed(out)["jpg"] == values
     # copied out, the values refer to nothing in the slot: it is let go of at once
     assert in_a_worker.returned.tolist()[:1] == in_a_worker.lent.tolist()[:1] == [1]
     # a slot has room to spare: a batch a little larger than the first one reuses it
-    again = batches.shipped({"jpg": [b"x" * 9000]})
+    again = crossing.shipped({"jpg": [b"x" * 9000]})
     assert again.batch["jpg"].pieces[0][0].slot == slot == 0 and len(in_a_worker.storages) == 1
-    assert batches.landed(again)["jpg"] == [b"x" * 9000]
+    assert crossing.landed(again)["jpg"] == [b"x" * 9000]
 
 
 def test_bytes_values_cross_in_the_pickle_when_no_slot_is_free(in_a_worker, monkeypatch):
     monkeypatch.setattr(ring, "SLOTS", 1)
-    held = batches.shipped({"jpg": [b"a" * 10]})
-    out = batches.shipped({"jpg": [b"b" * 10, b"c"], "txt": ["not bytes"]})
+    held = crossing.shipped({"jpg": [b"a" * 10]})
+    out = crossing.shipped({"jpg": [b"b" * 10, b"c"], "txt": ["not bytes"]})
     assert held.packed == ("jpg",) and out.packed == ()
     assert out.batch["jpg"] == [b"b" * 10, b"c"] and out.batch["txt"] == ["not bytes"]
-    assert batches.shipped({"jpg": [b"", b""]}).batch["jpg"] == [b"", b""]  # nothing to copy
+    assert crossing.shipped({"jpg": [b"", b""]}).batch["jpg"] == [b"", b""]  # nothing to copy
     # the bytes in slots count towards a handover's tensor bytes, those in the pickle apart
     monkeypatch.setattr(ring, "SLOTS", 32)
-    monkeypatch.setattr(batches, "GROUP_BYTES", 250)
+    monkeypatch.setattr(crossing, "GROUP_BYTES", 250)
     jpegs = [({"jpg": [b"x" * 100]}, 1) for _ in range(7)]
-    assert [len(h.batches) for h in batches.handed_over(jpegs, 0, 8)] == [3, 3, 1]
+    assert [len(h.batches) for h in crossing.handed_over(of(0, jpegs), True, 8)] == [3, 3, 1]
 
 
 def test_no_slot_is_made_where_shared_memory_is_short(in_a_worker, monkeypatch):
@@ -155,25 +172,25 @@ def test_no_slot_is_made_where_shared_memory_is_short(in_a_worker, monkeypatch):
 
     monkeypatch.setattr(ring.os, "statvfs", lambda path: Short)
     assert in_a_worker.in_slot((4096,)) is None  # a slot of two pages (room to spare)
-    assert batches.shipped({"jpg": [b"x" * 5000]}).batch["jpg"] == [b"x" * 5000]
+    assert crossing.shipped({"jpg": [b"x" * 5000]}).batch["jpg"] == [b"x" * 5000]
     assert in_a_worker.in_slot((512,)) is not None  # a slot of one page fits 4 times
 
 
 def test_values_read_into_a_window_slot_do_not_weigh_on_a_handover(in_a_worker, monkeypatch):
     """The window's slot holds them whatever the handover: up to GROUP batches go
     together; values copied into slots of their own count their bytes."""
-    monkeypatch.setattr(batches, "GROUP_BYTES", 100)
-    window = batches.slot_buffer(1000)
+    monkeypatch.setattr(crossing, "GROUP_BYTES", 100)
+    window = collate.slot_buffer(1000)
     window[:] = np.arange(1000) % 251
     spans = Spans(window, np.arange(0, 1000, 100), np.arange(100, 1001, 100))
     made = [({"jpg": [Spans(window, spans.starts[i:i + 1], spans.ends[i:i + 1])]}, 1)
             for i in range(10)]
-    handovers = list(batches.handed_over(made, 0, 8))
+    handovers = list(crossing.handed_over(of(0, made), True, 8))
     assert [len(h.batches) for h in handovers] == [8, 2]
-    got = [batches.landed(b)["jpg"][0] for h in handovers for b in h.batches]
+    got = [crossing.landed(b)["jpg"][0] for h in handovers for b in h.batches]
     assert got == [window[i * 100:(i + 1) * 100].tobytes() for i in range(10)]
     copied = [({"jpg": [b"x" * 100]}, 1) for _ in range(3)]
-    assert [len(h.batches) for h in batches.handed_over(copied, 0, 8)] == [1, 1, 1]
+    assert [len(h.batches) for h in crossing.handed_over(of(0, copied), True, 8)] == [1, 1, 1]
 
 
 def _freeze_count(path):

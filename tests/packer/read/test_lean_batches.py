@@ -14,7 +14,7 @@ import packer
 from conftest import class_images, image_bytes, run
 from packer.formats import FORMAT_NAMES
 from packer.read import ring
-from packer.read.batches import collate_samples
+from packer.read.collate import collate_samples
 
 
 @pytest.fixture(scope="module")
