@@ -70,7 +70,7 @@ class TrainConfig:
     random_erasing: float = 0.0  # the chance of a box of each training image blanked
     log_every: int = 0  # log every Nth step's loss and lr (0: epochs only)
     seed: int = 0
-    deterministic: bool = False  # the same weights whatever --workers and --cache
+    deterministic: bool = False  # torch's deterministic algorithms (cuDNN's too)
     weights: str | None = None
     pretrained: bool = False  # a timm or torchvision model's own pretrained weights
     freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)

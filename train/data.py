@@ -347,19 +347,17 @@ def _check_held(held: int, config: TrainConfig, fraction: float, total: int) -> 
 
 def datasets(info: DataInfo, config: TrainConfig, keys_only: bool = False):
     """Train and validation datasets (validation None when there is none); with
-    `keys_only`, samples of their key alone, undecoded, in the training set's order.
-    --deterministic decodes in threads of the reading process: the order of one."""
+    `keys_only`, samples of their key alone, undecoded, in the training set's order."""
     if info.files is not None:
         return _loose_datasets(info, config)
     options = {"decode": "rgb8" if info.decoded_images else "raw",
                "image_size": config.image_size if info.decoded_images else None,
-               "seed": config.seed, "threads": config.workers if config.deterministic else 0,
-               **part_cache(config)}
+               "seed": config.seed, **part_cache(config)}
     if info.sides is None:  # a trained run's description: its config says them again
         info.sides = of_run(info, config)
     if keys_only:
         info = replace(info, inputs=[], label=None)
-        options.update(decode="raw", image_size=None, threads=0)
+        options.update(decode="raw", image_size=None)
     if config.folds or (info.sides.fraction and not info.sides.train_split
                         and info.task == "classify" and not config.mix):
         stratified = _stratified(info, config, options)

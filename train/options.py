@@ -202,11 +202,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "(the largest 3x the smallest), else accuracy; MAE for regression; mAP "
                       "for multi-label."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
-    "deterministic": (None, "The same weights for the same --seed whatever --workers and "
-                            "--cache: decode in --workers threads of the training process "
-                            "(one data order), serve cached epochs in that order, and use "
-                            "torch's deterministic algorithms (cuDNN too), e.g. train fit "
-                            "./images-wds --deterministic. Slower."),
+    "deterministic": (None, "Torch's deterministic algorithms (cuDNN's too), so that a GPU "
+                            "run gives the same weights for the same --seed, e.g. train fit "
+                            "./images-wds --deterministic. The data's batches and their "
+                            "order are the same whatever --workers and --cache without it."),
 }
 _CHOICES = {"task": TASKS, "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "amp": AMP_MODES,
             "device": DEVICES, "class_weights": ("auto",), "loss": LOSSES, "norm": NORMS,

@@ -87,7 +87,8 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
                                      info.sides.text(config.data)))
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
-    workers = 0 if config.deterministic else config.workers  # else: threads (datasets)
+    workers, cut = config.workers, streams(total // world, config.batch_size)
+    _cut(train_set, val_set, cut=cut)
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
                                num_workers=workers, pin_memory=use_cuda(config.device),
                                shuffle=info.files is not None, generator=order,
@@ -97,8 +98,8 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
                                                worker_init_fn=worker_init)
     cache = RamCache(config.batch_size) if config.cache == "ram" else None
     val_cache = RamCache(config.batch_size) if cache and val_loader else None
-    keys = packer.DataLoader(datasets(info, config, keys_only=True)[0], num_workers=workers,
-                             batch_size=config.batch_size,
+    keys = packer.DataLoader(_cut(datasets(info, config, keys_only=True)[0], cut=cut),
+                             num_workers=workers, batch_size=config.batch_size,
                              generator=torch.Generator()) if (  # (no draw of torch's seed)
         cache is not None and info.files is None and world == 1) else None
     steps = math.ceil(len(train_set) / config.batch_size) if cache and not keys else len(loader)
@@ -109,6 +110,26 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
         config.scale_lr = False
         data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), why))
     return config, data
+
+
+MAX_STREAMS = 24  # divides evenly among 1, 2, 3, 4, 6, 8, 12 or 24 workers
+STREAM_BATCHES = 8  # batches a stream holds at least (each ends with a short one)
+
+
+def streams(samples: int, batch_size: int) -> int:
+    """The streams a rank's `samples` are read in (packer.read.streams): the batches and
+    their order are then the same for any --workers, so the same --seed gives the same
+    weights. Chosen from the data and the batch size, never the workers."""
+    return max(1, min(MAX_STREAMS, samples // (STREAM_BATCHES * batch_size)))
+
+
+def _cut(*sets, cut: int):
+    """Packed datasets read in `cut` streams (a loose folder's order is torch's sampler's,
+    the same for any workers already); returns the first."""
+    for data in sets:
+        if isinstance(data, packer.PackedDataset):
+            data.streams = cut
+    return sets[0]
 
 
 def _held_out(config: TrainConfig, info: DataInfo) -> list:

@@ -1,4 +1,5 @@
-"""--deterministic: the same seed gives the same weights whatever --workers and --cache."""
+"""The same seed gives the same weights whatever --workers and --cache (packed data is
+read in streams chosen from the data: packer.read.streams), with --deterministic too."""
 
 import pytest
 import torch
@@ -36,6 +37,13 @@ def test_the_same_weights_whatever_the_workers_and_the_cache(data, tmp_path):
         other = weights(data, tmp_path / name, "--deterministic", *options)
         assert all(torch.equal(reference[k], other[k]) for k in reference), name
     assert not torch.are_deterministic_algorithms_enabled()  # as it was before the run
+
+
+def test_the_same_weights_for_any_workers_without_deterministic(data, tmp_path):
+    reference = weights(data, tmp_path / "w0", "--workers", "0", "--cache", "off")
+    for workers in ("1", "2"):
+        other = weights(data, tmp_path / f"w{workers}", "--workers", workers, "--cache", "off")
+        assert all(torch.equal(reference[k], other[k]) for k in reference), workers
 
 
 def test_the_cache_reaches_the_weights_of_a_run_without_it(data, tmp_path):
