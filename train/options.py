@@ -77,8 +77,8 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                   "Fraction of DATA held out for validation when there is no --val (0: "
                   "none), e.g. --val-split 0.2; for classification that share of each class "
                   "(stratified by --seed). Not used where DATA has a validation split made "
-                  "when packed. auto: a tenth, raised toward 100 samples for small data (at "
-                  "most 0.3)."),
+                  "when packed. auto: a tenth, raised toward 50 samples for small data (at "
+                  "most 0.2)."),
     "folds": (click.IntRange(2, 20), "k-fold cross-validation: K runs, each validating on "
                                      "one fold of DATA (stratified by class) and training on "
                                      "the others, in OUT/fold-1 ... OUT/fold-K; prints each "

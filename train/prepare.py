@@ -87,7 +87,8 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
                                      info.sides.text(config.data)))
     config.cache = "ram" if rank0_value(config.cache == "ram") else "off"
     order = torch.Generator()
-    workers, cut = config.workers, streams(total // world, config.batch_size)
+    workers = config.workers
+    cut = streams(total // world, config.batch_size * config.accumulate)
     _cut(train_set, val_set, cut=cut)
     loader = packer.DataLoader(train_set, batch_size=config.batch_size,
                                num_workers=workers, pin_memory=use_cuda(config.device),
@@ -113,14 +114,15 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
 
 
 MAX_STREAMS = 24  # divides evenly among 1, 2, 3, 4, 6, 8, 12 or 24 workers
-STREAM_BATCHES = 8  # batches a stream holds at least (each ends with a short one)
+STREAM_STEPS = 8  # optimizer steps a stream holds at least (each ends with a short batch)
 
 
-def streams(samples: int, batch_size: int) -> int:
+def streams(samples: int, step: int) -> int:
     """The streams a rank's `samples` are read in (packer.read.streams): the batches and
     their order are then the same for any --workers, so the same --seed gives the same
-    weights. Chosen from the data and the batch size, never the workers."""
-    return max(1, min(MAX_STREAMS, samples // (STREAM_BATCHES * batch_size)))
+    weights. Chosen from the data and the samples of an optimizer step (the batch size
+    times --accumulate), never the workers."""
+    return max(1, min(MAX_STREAMS, samples // (STREAM_STEPS * step)))
 
 
 def _cut(*sets, cut: int):

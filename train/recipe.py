@@ -13,8 +13,8 @@
     patience      a quarter of the epochs, at least 5: then stop, keeping the best
     time limit    10 minutes under 1,000 training samples (else none): then stop after
                   the epoch, keeping the best
-    val split     (train.sides) a tenth held out, raised toward 100 samples for small
-                  data, at most 0.3
+    val split     (train.sides) a tenth held out, raised toward 50 samples for small
+                  data, at most 0.2
     norm          GroupNorm when the batch per device is under 16, else BatchNorm
     cache         decoded training set in RAM when it fits in a third of the memory
 

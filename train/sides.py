@@ -102,8 +102,8 @@ def choose(manifest: dict, config: TrainConfig) -> Sides:
 
 
 SMALL_DATA = 1_000  # samples under which a run gets the small-data recipe
-HELD_SHARE, MAX_HELD_SHARE = 0.1, 0.3  # of the samples --val-split auto holds out
-MIN_HELD = 100  # samples it reaches for, within MAX_HELD_SHARE
+HELD_SHARE, MAX_HELD_SHARE = 0.1, 0.2  # of the samples --val-split auto holds out
+MIN_HELD = 50  # samples it reaches for, within MAX_HELD_SHARE
 
 
 def held_share(config: TrainConfig, count: int) -> tuple[float, str | None]:

@@ -124,8 +124,8 @@ def test_ddp_with_two_gloo_processes(colours, tmp_path):
     assert result.stdout.count("a range test of") == 1  # printed by rank 0 only
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
-    # 120 samples: small data, so 0.3 held out, split over the ranks, reduced
-    assert lines[0]["val"]["samples"] == 36
+    # 120 samples: small data, so 0.2 held out, split over the ranks, reduced
+    assert lines[0]["val"]["samples"] == 24
 
 
 def _training_side(data, **options) -> packer.PackedDataset:
@@ -228,8 +228,8 @@ def test_fit_from_a_loose_folder(colours, tmp_path):
     assert result.exit_code == 1 and "pack DATA first" in result.output
     train("fit", colours / "images", "--out", tmp_path / "loose", "--epochs", "1", *COMMON)
     summary = json.loads((tmp_path / "loose" / "summary.json").read_text())
-    assert summary["epochs_run"] == 1  # 120 images: small data, 0.3 held out, stratified
-    assert summary["best"]["val"]["samples"] == 36 and summary["chosen"]["val_split"]
+    assert summary["epochs_run"] == 1  # 120 images: small data, 0.2 held out, stratified
+    assert summary["best"]["val"]["samples"] == 24 and summary["chosen"]["val_split"]
 
 
 def test_regression_from_a_packed_table(tmp_path):

@@ -33,20 +33,20 @@ def fifty(tmp_path_factory):
 
 def test_a_small_dataset_holds_out_more_than_a_tenth_and_says_so(fifty, tmp_path):
     output = train("fit", fifty, "--out", tmp_path / "run", *QUICK)
-    assert "val split 0.3: a small dataset (51 samples)" in output
+    assert "val split 0.2: a small dataset (51 samples)" in output
     assert "--folds 5" in output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["chosen"]["val_split"]["value"] == MAX_HELD_SHARE
     assert sum(summary["best"]["val"]["confusion"][0]) + sum(
         summary["best"]["val"]["confusion"][1]) + sum(
-        summary["best"]["val"]["confusion"][2]) == 15  # 5 of each class's 17
+        summary["best"]["val"]["confusion"][2]) == 9  # 3 of each class's 17
 
 
 def test_the_share_is_a_tenth_for_larger_data_and_never_above_the_cap():
     auto = TrainConfig()
     assert held_share(auto, 5_000) == (0.1, "a tenth of the 5,000 samples held out for "
                                             "validation")
-    assert held_share(auto, 400)[0] == 0.25
+    assert held_share(auto, 300)[0] == 0.17
     assert held_share(auto, 20)[0] == MAX_HELD_SHARE
     assert held_share(TrainConfig(val_split=0.05), 20) == (0.05, None)  # given: kept
 
