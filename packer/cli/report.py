@@ -13,6 +13,7 @@ from packer.formats import format_module
 from packer.manifest import MANIFEST_NAME, class_counts
 from packer.packing.transform import reencoded_text
 from packer.sample import PIL_FORMATS, split_name
+from packer.sources.files.tree import NOTE_REASON
 from packer.text import names_text, plural
 
 LIST_LIMIT = 20
@@ -215,11 +216,14 @@ def _warning_entries(manifest: dict) -> list[dict]:
 
 
 def _ignored_text(manifest: dict) -> str:
-    """`3 hidden or OS junk files`, `the labels file`, or both joined by `and`."""
-    labels = sum(e["reason"] == "the labels file" for e in manifest["ignored"])
-    junk = len(manifest["ignored"]) - labels
+    """`3 hidden or OS junk files`, `README.md` (notes at the top), `the labels file`, or
+    those joined by `and`."""
+    reasons = [e["reason"] for e in manifest["ignored"]]
+    notes = [e["path"] for e in manifest["ignored"] if e["reason"] == NOTE_REASON]
+    junk = len(reasons) - len(notes) - reasons.count("the labels file")
     texts = [plural(junk, "hidden or OS junk file")] if junk else []
-    return " and ".join(texts + (["the labels file"] if labels else []))
+    texts += [f"{names_text(notes)} (a note beside the folders, not a sample)"] if notes else []
+    return " and ".join(texts + (["the labels file"] if "the labels file" in reasons else []))
 
 
 def verify_text(report: dict) -> str:

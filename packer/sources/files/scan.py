@@ -4,7 +4,8 @@ Layouts, picked in this order:
 - `--labels FILE`, or a `labels.csv` at the top of the folder: a CSV of
   `filename,label` rows; string labels become class ids.
 - ImageFolder: the folder holds only sub-folders; each top folder is a class, ids
-  in sorted-name order.
+  in sorted-name order. Notes beside them (README, LICENSE, a .md or .pdf page: tree.py's
+  `is_note`) are no samples and leave the layout as it is; they are listed as ignored.
 - Split folders: the top folders are all split names (train, val, test ...); they
   are the splits (packer/packing/splits.py), and the folders below them the classes
   (when every split folder holds only folders; otherwise there are no labels).
@@ -31,7 +32,7 @@ from packer.errors import PackerError
 from packer.sample import SIDECAR_FIELDS, disambiguate, encode_key, split_name
 from packer.sources.base import Source
 from packer.sources.files.labels import label_ids, labels_in_folder, read_labels_file
-from packer.sources.files.tree import FILE, LocalTree, is_junk
+from packer.sources.files.tree import FILE, NOTE_REASON, LocalTree, is_junk, is_note
 
 SPLIT_FOLDERS = ("train", "val", "valid", "validation", "dev", "test")  # in the splits' order
 
@@ -270,6 +271,9 @@ def count_samples(scan: Scan, folders_layout: bool) -> Scan:
     """The class folders (when `folders_layout` and the top holds only folders), then the
     samples counted and fingerprinted in one walk."""
     folders, files = scan.tree.top_names(scan.exclude)
+    notes = [name for name in files if is_note(name)] if folders else []
+    scan.exclude.update(notes)
+    files = [name for name in files if name not in notes]
     scan.split_folders = split_folders(folders) if not files else None
     if folders_layout:
         scan.top_files = files if folders else []
@@ -285,7 +289,8 @@ def count_samples(scan: Scan, folders_layout: bool) -> Scan:
             _count(scan, listing, digest)
     _count(scan, listing, digest)
     scan.fingerprint = digest.hexdigest()
-    scan.notes.ignored += [{"path": p, "reason": "the labels file"} for p in sorted(scan.exclude)]
+    scan.notes.ignored += [{"path": p, "reason": NOTE_REASON if p in notes else "the labels file"}
+                           for p in sorted(scan.exclude)]
     scan.notes.skipped.sort(key=lambda entry: entry["path"])
     if scan.labels is not None:
         scan.unmatched_labels = sorted(set(scan.labels) - scan.notes.labelled)

@@ -20,6 +20,18 @@ def is_junk(name: str) -> bool:
     return name.startswith(".") or name.lower() in JUNK_NAMES
 
 
+NOTE_STEMS = ("readme", "license", "licence", "citation", "notice", "changelog", "authors")
+NOTE_SUFFIXES = (".md", ".rst", ".pdf", ".html", ".htm")
+NOTE_REASON = "a note at the top, beside the folders (README, LICENSE, a .md page): not a sample"
+
+
+def is_note(name: str) -> bool:
+    """A file that documents a dataset (README, LICENSE ... or a .md or .pdf page): at
+    the top beside class or split folders it is no sample, and the layout holds."""
+    lowered = name.lower()
+    return lowered.split(".")[0] in NOTE_STEMS or lowered.endswith(NOTE_SUFFIXES)
+
+
 FILE = "file"  # what a tree's `kind` says of an entry that is a file
 
 

@@ -150,6 +150,28 @@ def split_folders(root):
     return root
 
 
+def test_notes_beside_the_split_or_class_folders_leave_the_layout_as_it_is(tmp_path):
+    """A README, a LICENSE or a .md page at the top is no sample: the split folders stay
+    the splits, class folders the classes, and the notes are listed as ignored."""
+    source = split_folders(tmp_path / "src")
+    (source / "README.md").write_text("where these images come from")
+    (source / "LICENSE").write_text("CC-BY 4.0")
+    text = run("pack", source, "-o", tmp_path / "out").output
+    manifest = packer.load_manifest(tmp_path / "out")
+    assert list(manifest["splits"]["sets"]) == ["train", "val", "test"]
+    assert manifest["count"] == 21 and manifest["classes"] == ["cat", "dog"]
+    assert {e["path"] for e in manifest["ignored"]} == {"README.md", "LICENSE"}
+    assert "ignored LICENSE, README.md (a note beside the folders, not a sample)" in text
+    classes = tmp_path / "classes"
+    shutil.copytree(source / "train", classes)
+    (classes / "README.txt").write_text("two cats, two dogs")
+    (classes / "notes.pdf").write_bytes(b"%PDF-1.4")
+    run("pack", classes, "-o", tmp_path / "c1", "-q")
+    assert packer.load_manifest(tmp_path / "c1")["classes"] == ["cat", "dog"]
+    (classes / "stray.jpg").write_bytes(image_bytes(7))  # a sample at the top: no layout
+    assert "labels: none" in run("pack", classes, "-o", tmp_path / "c2").output
+
+
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_split_folders_are_the_splits_and_classes_come_from_below(fmt, tmp_path):
     source = split_folders(tmp_path / "src")

@@ -67,9 +67,9 @@ def test_empty_class_folder_and_stray_top_file_are_reported(tmp_path):
     result = run("pack", root, "-o", tmp_path / "o", "-q")
     assert "labels: class folders (3 classes)" in result.output
     assert "classes with no samples: empty" in result.output
-    (root / "README.txt").write_text("notes")
+    (root / "stray.jpg").write_bytes(image_bytes(9))  # a README would be a note, no sample
     result = run("pack", root, "-o", tmp_path / "p", "-q")
-    expected = (f"labels: none — {root} has files at its top level (README.txt) so it is not "
+    expected = (f"labels: none — {root} has files at its top level (stray.jpg) so it is not "
                 "an ImageFolder layout; move them or pass --labels")
     assert expected in result.output
     assert json.loads(run("inspect", tmp_path / "p", "--json").output)["labels"] == \
