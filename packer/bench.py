@@ -92,7 +92,7 @@ def stored_text(manifest: dict) -> str:
     return f"{resolution}, {encoding}"
 
 
-def describe(path: str, options: BenchOptions) -> Contender:
+def contender(path: str, options: BenchOptions) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
     left out, as packing leaves them out, so that every reader reads the same samples).
     A dataset (or plain shards) in object storage is read through the part cache: no
@@ -306,7 +306,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
     """Measure every reader at every worker count; returns the figures as a dict."""
     if any(w < 0 for w in options.workers):
         raise UsageProblem("--workers: worker counts must be 0 or more")
-    readers = [describe(p, options) for p in paths]
+    readers = [contender(p, options) for p in paths]
     caches = ["warm", "cold"] if options.cold else ["warm"]
     runs: dict[tuple[str, str, int], list] = {}
     for repeat in range(options.repeat):

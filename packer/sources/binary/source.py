@@ -178,7 +178,7 @@ class BinaryDump(Source):
     def keys(self, first: int, count: int) -> list[str]:
         return index_keys(first, count)
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         dump = self.dump
         return {"source": {
             "kind": "binary", "path": str(self.path.resolve()), "spec": str(self.spec.source),
@@ -284,15 +284,15 @@ class BinaryFolder:
         for root, _, sources in self.scan.jobs(start, size, check):
             yield root, self.spec, self.tail, sources
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         self.scan.input_bytes = sum(os.stat(self.scan.root / rel).st_size
                                     for sample in self.scan.samples()
                                     for _, rel in sample.files)
-        described = self.scan.describe(options)
-        described["source"].update(kind="binary-files", spec=str(self.spec.source))
+        record = self.scan.source_record(options)
+        record["source"].update(kind="binary-files", spec=str(self.spec.source))
         if self.sample_rates is not None:
-            described["source"]["sample_rates"] = self.sample_rates
-        return described
+            record["source"]["sample_rates"] = self.sample_rates
+        return record
 
 
 def file_fields(path: Path, spec, tail) -> dict[str, bytes]:

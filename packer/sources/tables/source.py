@@ -103,7 +103,7 @@ class TableSource(Source):
         self.scan_skipped: list[dict] = []
         self.fingerprint = hashlib.sha256(json.dumps(
             [str(self.path.resolve()), stat.st_size, stat.st_mtime_ns]).encode()).hexdigest()
-        self.table_info = self.table.describe()
+        self.table_info = self.table.table_facts()
         del self.table  # an Excel sheet is held whole; the spool is all that is needed now
 
     def _nothing_left_text(self) -> str:
@@ -373,7 +373,7 @@ class TableSource(Source):
         for first in range(start, self.count, size):
             yield self, first, min(size, self.count - first)
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         return {
             "source": {"kind": "table", "path": str(self.path.resolve()), **self.table_info,
                        "rows": self.rows, "samples": self.count, "bytes": self.input_bytes,
