@@ -11,25 +11,16 @@ import pytest
 import torch
 
 import packer
-from conftest import class_images, image_bytes, run
+from conftest import image_bytes, run
 from packer.formats import FORMAT_NAMES
 from packer.read import ring
 from packer.read.collate import collate_samples
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(packed_images):
     """150 images, packed as they are and as raw 12x10 pixels, every format."""
-    root = tmp_path_factory.mktemp("lean")
-    images = class_images(root / "images", 3, 50, size=lambda i: (10 + i % 5, 9 + i % 4))
-    out = {}
-    for fmt in FORMAT_NAMES:
-        out[fmt, "jpg"] = root / f"{fmt}-jpg"
-        run("pack", images, "--to", fmt, "-o", out[fmt, "jpg"], "--max-count", "40", "-q")
-        out[fmt, "raw"] = root / f"{fmt}-raw"
-        run("pack", images, "--to", fmt, "-o", out[fmt, "raw"], "--max-count", "40",
-            "--resize", "12x10", "--encode", "raw", "-q")
-    return out
+    return packed_images((50, 50, 50), size=((10, 5), (9, 4)), max_count=40, raw="12x10")
 
 
 def per_sample(ds, workers: int, batch_size: int) -> list[dict]:
