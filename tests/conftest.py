@@ -90,6 +90,21 @@ def packed_images(tmp_path_factory):
     return pack
 
 
+COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
+# train fit on small images: a run of a few seconds on the CPU
+FIT_OPTIONS = ["--image-size", "16", "--batch-size", "16", "--workers", "0", "--lr", "3e-3"]
+
+
+@pytest.fixture(scope="session")
+def colours(tmp_path_factory):
+    """Three classes told apart by colour: learnable in a few epochs (images/, and wds/
+    packed in parts of 30)."""
+    root = tmp_path_factory.mktemp("train")
+    colour_images(root / "images", COLOURS, per_class=40, spread=40)
+    run("pack", root / "images", "-o", root / "wds", "--max-count", "30", "-q")
+    return root
+
+
 @pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     """An ImageFolder tree: 3 classes, nested folders, sidecars, awkward names."""
