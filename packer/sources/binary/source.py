@@ -28,7 +28,15 @@ import numpy as np
 
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
-from packer.sample import KEY, RECORDS, SAMPLES, SIDECAR_FIELDS, field_bytes, index_keys
+from packer.sample import (
+    KEY,
+    RECORDS,
+    SAMPLES,
+    SIDECAR_FIELDS,
+    column_samples,
+    field_bytes,
+    index_keys,
+)
 from packer.sources.base import Source
 from packer.sources.binary.dump import open_dump
 from packer.sources.binary.records import Windows, record_arrays, window_arrays
@@ -227,16 +235,7 @@ def _plain(header: dict) -> dict:
 def read_job(job: tuple) -> list[tuple[dict, list]]:
     """Samples of a dump as dicts of arrays (the SAMPLES shape)."""
     source, first, count = job
-    columns = source.columns(first, count)
-    labels = columns.pop("cls", None)
-    keys, samples = index_keys(first, count), []
-    for i in range(count):
-        sample = {KEY: keys[i]}
-        sample.update((name, np.asarray(column[i])) for name, column in columns.items())
-        if labels is not None:
-            sample["cls"] = int(labels[i])
-        samples.append((sample, []))
-    return samples
+    return column_samples(index_keys(first, count), source.columns(first, count))
 
 
 class BinaryFolder:

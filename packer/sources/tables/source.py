@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from packer.errors import PackerError, UsageProblem
-from packer.sample import COLUMNS, KEY, SAMPLES, columns_crc32, index_key
+from packer.sample import COLUMNS, SAMPLES, column_samples, columns_crc32, index_key
 from packer.sources.base import Source
 from packer.sources.tables.convert import NA_POLICIES, TASKS, choose_columns
 from packer.sources.tables.readers import open_table
@@ -175,15 +175,4 @@ class TableSource(TableScan, Source):
 def read_job(job: tuple) -> list[tuple[dict, list]]:
     """A run of rows as samples (the SAMPLES shape)."""
     source, first, count = job
-    columns = source.columns(first, count)
-    keys = source.keys(first, count)
-    labels = columns.pop("cls", None)
-    samples = []
-    for i, key in enumerate(keys):
-        sample = {KEY: key}
-        sample.update((name, np.asarray(column[i])) for name, column in columns.items())
-        if labels is not None:
-            sample["cls"] = int(labels[i])
-        samples.append((sample, []))
-    return samples
-
+    return column_samples(source.keys(first, count), source.columns(first, count))
