@@ -114,6 +114,24 @@ def columns_crc32(columns: dict, crc: int = 0) -> int:
     return crc
 
 
+def column_samples(keys: list[str], columns: dict) -> list[tuple[dict, list]]:
+    """Samples from a block of column arrays, one per key (the SAMPLES shape, as a
+    source's read_job gives them): row i of each column as an array, the class id
+    `cls` as an int, last."""
+    import numpy as np  # column blocks are numpy arrays; plain files never come here
+
+    labels = columns.get("cls")
+    fields = {name: column for name, column in columns.items() if name != "cls"}
+    samples = []
+    for i, key in enumerate(keys):
+        sample = {KEY: key}
+        sample.update((name, np.asarray(column[i])) for name, column in fields.items())
+        if labels is not None:
+            sample["cls"] = int(labels[i])
+        samples.append((sample, []))
+    return samples
+
+
 def values_crc32(records) -> int:
     """The CRC-32 of a structured array's field values as a reader gets them: each field
     converted by value into this machine's byte order, padding left out. Computed from

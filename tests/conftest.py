@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from packer.cli import cli
+from packer.formats import FORMAT_NAMES
 from s3_server import moto_server, s3  # noqa: F401 (fixtures of the s3 tests)
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
@@ -30,6 +31,7 @@ def save_then_die(*args):
 packer.packing.pipeline._save_progress = save_then_die
 packer.formats.protocol.BLOCK_COUNT = 3
 from packer.cli import cli
+from packer.formats import FORMAT_NAMES
 cli(sys.argv[1:], prog_name="packer")
 """
 
@@ -42,14 +44,64 @@ def image_bytes(seed: int, fmt: str = "JPEG", size: tuple[int, int] = (24, 20)) 
     return out.getvalue()
 
 
-def class_images(root: Path, classes: int, per_class: int,
+def class_images(root: Path, classes: int, per_class: int | tuple[int, ...],
                  size=lambda i: (24, 20)) -> Path:
-    """Class folders c0, c1, ... of `per_class` JPEGs each, image i of `size(i)`."""
+    """Class folders c0, c1, ... of `per_class` JPEGs each (or per_class[c] in class c),
+    image i of `size(i)`."""
     for c in range(classes):
         (root / f"c{c}").mkdir(parents=True)
-        for i in range(per_class):
+        for i in range(per_class if isinstance(per_class, int) else per_class[c]):
             (root / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i,
                                                                        size=size(i)))
+    return root
+
+
+@pytest.fixture(scope="session")
+def packed_images(tmp_path_factory):
+    """Image datasets packed once a session, shared by the tests that only read them:
+    `packed_images(per_class, size=((w, dw), (h, dh)), max_count=, raw=, formats=)`
+    gives {"images": the class folders c0, c1 ... of per_class[c] JPEGs, image i of
+    (w + i % dw) x (h + i % dh) pixels; (format, "jpg"): the images packed to each of
+    `formats` in parts of `max_count` samples (None: the default); (format, "raw"),
+    with raw="WxH": resized to WxH and stored as raw pixels}. The same arguments give
+    the same datasets; a test that damages one damages a copy."""
+    made: dict[tuple, dict] = {}
+
+    def pack(per_class: tuple[int, ...] = (20, 20, 20), *, size=((24, 1), (20, 1)),
+             max_count: int | None = None, raw: str | None = None,
+             formats: tuple[str, ...] = tuple(FORMAT_NAMES)) -> dict:
+        asked = (per_class, size, max_count, raw, formats)
+        if asked not in made:
+            root = tmp_path_factory.mktemp("packed")
+            (w, dw), (h, dh) = size
+            out = {"images": class_images(root / "images", len(per_class), per_class,
+                                          size=lambda i: (w + i % dw, h + i % dh))}
+            parts = ("--max-count", max_count) if max_count else ()
+            variants = {"jpg": ()} | ({"raw": ("--resize", raw, "--encode", "raw")} if raw
+                                      else {})
+            for fmt in formats:
+                for variant, options in variants.items():
+                    out[fmt, variant] = root / f"{fmt}-{variant}"
+                    run("pack", out["images"], "--to", fmt, "-o", out[fmt, variant], *parts,
+                        *options, "-q")
+            made[asked] = out
+        return made[asked]
+
+    return pack
+
+
+COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
+# train fit on small images: a run of a few seconds on the CPU
+FIT_OPTIONS = ["--image-size", "16", "--batch-size", "16", "--workers", "0", "--lr", "3e-3"]
+
+
+@pytest.fixture(scope="session")
+def colours(tmp_path_factory):
+    """Three classes told apart by colour: learnable in a few epochs (images/, and wds/
+    packed in parts of 30)."""
+    root = tmp_path_factory.mktemp("train")
+    colour_images(root / "images", COLOURS, per_class=40, spread=40)
+    run("pack", root / "images", "-o", root / "wds", "--max-count", "30", "-q")
     return root
 
 

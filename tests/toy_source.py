@@ -69,7 +69,7 @@ class ToySource(Source):
             yield first, [(self.classes.index(label), word) for label, word in
                           self.lines[first:first + size]], self.upper
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         return {"source": {"kind": "toy", "path": str(self.path.resolve()),
                            "labels": self.label_source, "samples": self.count,
                            "bytes": self.input_bytes}}

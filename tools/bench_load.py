@@ -59,7 +59,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 import packer
-from packer.bench import drop_cache
+from packer.bench.probes import drop_cache
 from packer.formats import format_module
 from packer.formats.manifests import is_packed
 from packer.read.loose import loose_images

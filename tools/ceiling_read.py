@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from packer.bench import drop_cache
+from packer.bench.probes import drop_cache
 from packer.formats.webdataset.tarindex import index_shard
 from packer.read.ring import LANDING, worker_slots
 

@@ -8,7 +8,7 @@ split. DATA without splits: `--val-split` holds out a fraction of it (the loader
 `holdout`), stratified for classification: each class gives the held-out share of its
 own samples (at least one when it has two or more), so a rare class is validated too,
 drawn from the seed. Each side is then an epoch order of its own (as
-packer.read.elastic.Order: `total`, `units`, `describe`, `identity`) that the loader
+packer.read.elastic.Order: `total`, `units`, `text`, `identity`) that the loader
 reads like any other: the training side in units of up to UNIT consecutive samples
 shuffled by (seed, epoch), the held-out side sample by sample in packed order.
 Regression, multi-label, mixed and streamed (unseekable) data keep the loader's own
@@ -141,7 +141,7 @@ class Side:
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.runs))
         return [self.runs[i] for i in order]
 
-    def describe(self) -> str:
+    def text(self) -> str:
         return f"the {self.name} side of a stratified split: {self.total:,} samples"
 
     def identity(self) -> str:

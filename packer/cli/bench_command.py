@@ -57,8 +57,8 @@ def bench(paths, workers, batch_size, samples, repeat, cold, decode, image_size,
       packer bench ./images-wds s3://bucket/images-wds   # read through the part cache
       packer bench s3://bucket/images-wds --cold --cache-dir /scratch/c --cache-limit 5GB
     """
-    from packer.bench import BenchOptions, plot, table
-    from packer.bench import bench as run_bench
+    from packer.bench.measure import BenchOptions, plot, table
+    from packer.bench.measure import bench as run_bench
 
     options = BenchOptions(workers, batch_size, samples, repeat, cold, decode, image_size,
                            cache_dir and str(cache_dir), cache_limit)

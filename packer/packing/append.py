@@ -286,7 +286,7 @@ def merged_manifest(old: dict, source, writer, tally: Tally, setup: dict,
         counts = [a + b for a, b in zip(before, tally.class_counts or [0] * len(before),
                                         strict=True)]
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    entry = {"generation": generation, "source": source.describe(options)["source"]["path"],
+    entry = {"generation": generation, "source": source.source_record(options)["source"]["path"],
              "created": now, "first": old["count"], "count": writer.count - old["count"],
              "skipped": len(skipped)}
     manifest = {key: value for key, value in old.items() if key not in (DIGEST_KEY, "seconds")}

@@ -307,7 +307,7 @@ def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -
                           key=lambda e: e["path"]),
         "warnings": sorted(tally.warnings, key=lambda e: e["path"]),
         "ignored": [],
-        **source.describe(options),
+        **source.source_record(options),
     }
 
 

@@ -172,18 +172,18 @@ def open_parts(path, cache_dir=None, cache_limit=None) -> PackedParts:
 
 def manifest_or_shards(path, cache_dir=None, cache_limit=None) -> tuple[dict | None, dict]:
     """For `packer inspect`: (the manifest, {}) of a packed dataset, or (None, what
-    `describe_shards` tells) of plain WebDataset shards, local or in object storage."""
+    `shards_contents` tells) of plain WebDataset shards, local or in object storage."""
     if is_s3(path):
         from packer.read.remote import RemoteParts
 
         remote = RemoteParts(path, cache_dir, cache_limit)
         return (remote.manifest, {}) if remote.manifest else (None, _remote_shards(remote))
     if plain_shards(path):
-        return None, describe_shards(path)
+        return None, shards_contents(path)
     return load_manifest(path), {}
 
 
-def describe_shards(path) -> dict:
+def shards_contents(path) -> dict:
     """What plain WebDataset shards hold, for `packer inspect`: the samples and bytes
     of each shard, and each field's samples and bytes (local plain shards from their
     index; compressed or remote ones read through)."""
@@ -200,7 +200,7 @@ def describe_shards(path) -> dict:
 
 
 def _remote_shards(remote) -> dict:
-    """`describe_shards` of shards in object storage, from their copies in the cache."""
+    """`shards_contents` of shards in object storage, from their copies in the cache."""
     from packer.formats.webdataset import tarindex
 
     parts = []

@@ -50,7 +50,7 @@ class Order:
         return plan.units(self.part_counts, self.unit, self.shuffle and shuffled, self.seed,
                           epoch, self.holdout, self.ranges)
 
-    def describe(self) -> str:
+    def text(self) -> str:
         """How a state names the dataset this order is of, in a refusal."""
         split = f"split {self.split!r}, " if self.split is not None else ""
         return (f"{split}{self.total:,} samples in {len(self.part_counts):,} parts, units of "

@@ -4,7 +4,7 @@ Bytes read with `decode="raw"`, and stored pixels (`packer pack --encode raw`) r
 without a resize, need no decoding: a batch is made from the samples as the reader
 gives them, one list or one tensor per field, without a decoded copy of each sample
 or torch's collate walking every one. Class ids stored as text (`cls` in a tar) become
-ints as the decoder makes them. Where a batch's samples are not what the plan expects
+ints as the decoder makes them. Where a batch's samples are not what the layout expects
 (a field missing, a class id that is not a number, damaged pixels), the batch is
 decoded sample by sample instead, so that `on_error` and the errors are as usual.
 """
@@ -25,7 +25,7 @@ LIST, CLASS, PIXELS = "list", "class", "pixels"  # how a field goes into the bat
 _DECODED_KINDS = frozenset({"npy", "json", "txt"})  # fields the decoder changes
 
 
-class Plan(NamedTuple):
+class Layout(NamedTuple):
     fields: dict[str, str]  # {field: how it goes into a batch}
     size: tuple[int, int] | None  # (height, width) stored pixels must have, if asked
 
@@ -36,46 +36,46 @@ class Plan(NamedTuple):
         return next((name for name, how in self.fields.items() if how == PIXELS), None)
 
 
-def plan(field_counts: dict[str, int], samples: int, mode: str,
-         pixels_size: tuple[int, int] | None, arrays: bool) -> Plan | None:
+def layout(field_counts: dict[str, int], samples: int, mode: str,
+         pixels_size: tuple[int, int] | None, arrays: bool) -> Layout | None:
     """How batches are made when every sample has every field and none needs decoding
     (in `mode`; stored pixels as arrays at their stored size with `arrays`); None
     otherwise."""
     if any(count != samples for count in field_counts.values()):
         return None
-    lean = {KEY: LIST}
+    fields = {KEY: LIST}
     for name in field_counts:
         kind = field_kind(name)
         if name == RAW_IMAGE_FIELD and mode == "rgb8" and arrays:
-            lean[name] = PIXELS
+            fields[name] = PIXELS
         elif mode != "raw" and (name == RAW_IMAGE_FIELD or kind in IMAGE_FIELDS):
             return None
         elif kind == "cls":
-            lean[name] = CLASS
+            fields[name] = CLASS
         elif kind in _DECODED_KINDS:
             return None
         else:
-            lean[name] = LIST
-    return Plan(lean, pixels_size)
+            fields[name] = LIST
+    return Layout(fields, pixels_size)
 
 
-def batch(samples: list[dict], lean: Plan, decoded: Callable[[list[dict]], dict | None]):
-    """The batch of `samples` as planned; `decoded(samples)` where they differ from it."""
+def batch(samples: list[dict], layout: Layout, decoded: Callable[[list[dict]], dict | None]):
+    """The batch of `samples` as laid out; `decoded(samples)` where they differ from it."""
     try:
-        if any(len(sample) != len(lean.fields) for sample in samples):
+        if any(len(sample) != len(layout.fields) for sample in samples):
             raise KeyError("fields differ")
-        return _planned([sample[KEY] for sample in samples],
-                        lambda name: [sample[name] for sample in samples], lean)
+        return _laid_out([sample[KEY] for sample in samples],
+                         lambda name: [sample[name] for sample in samples], layout)
     except (KeyError, ValueError, TypeError, IndexError):
         return decoded(samples)
 
 
-def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lean: Plan,
-             pixels_of: Callable[[str], torch.Tensor] | None = None) -> dict:
+def _laid_out(keys: list[str], values_of: Callable[[str], list | np.ndarray], layout: Layout,
+              pixels_of: Callable[[str], torch.Tensor] | None = None) -> dict:
     """A batch from its keys and each field's values (`values_of(field)`), stored
     pixels by `pixels_of(field)` if given."""
     out: dict = {KEY: keys}
-    for name, how in lean.fields.items():
+    for name, how in layout.fields.items():
         if name == KEY:
             continue
         if how == PIXELS and pixels_of is not None:
@@ -85,7 +85,7 @@ def _planned(keys: list[str], values_of: Callable[[str], list | np.ndarray], lea
         if isinstance(values, np.ndarray):  # ints, read as a column
             out[name] = torch.from_numpy(values)
         elif how == PIXELS:
-            out[name] = _pixels(values, lean.size, name, keys)
+            out[name] = _pixels(values, layout.size, name, keys)
         elif how == CLASS or type(values[0]) is int:
             out[name] = torch.tensor([int(value) for value in values])
         elif isinstance(values[0], Spans | bytes | str):  # Spans: bytes in a worker's slot
@@ -118,21 +118,21 @@ def window_batches(windows, size: int, drop_last: bool, make: Callable[[list], o
         yield make(pieces), filled
 
 
-def pieces_batch(pieces: list, lean: Plan, decoded: Callable[[list[dict]], dict | None]):
-    """The batch of `pieces` (window_batches) as planned: from their columns where
-    every window has them, with the planned fields; else sample by sample (`batch`)."""
-    if all(isinstance(window, dict) and window.keys() == lean.fields.keys()
+def pieces_batch(pieces: list, layout: Layout, decoded: Callable[[list[dict]], dict | None]):
+    """The batch of `pieces` (window_batches) as laid out: from their columns where
+    every window has them, with the fields laid out; else sample by sample (`batch`)."""
+    if all(isinstance(window, dict) and window.keys() == layout.fields.keys()
            for window, _ in pieces):
-        in_place = lean.in_place and all(isinstance(window[lean.in_place], Bins)
-                                         for window, _ in pieces)
+        in_place = layout.in_place and all(isinstance(window[layout.in_place], Bins)
+                                           for window, _ in pieces)
         try:
-            return _planned([window[KEY][i] for window, at in pieces for i in at],
-                            lambda name: _gathered(pieces, name), lean,
-                            (lambda name: _column_pixels(pieces, name, lean.size))
-                            if in_place else None)
+            return _laid_out([window[KEY][i] for window, at in pieces for i in at],
+                             lambda name: _gathered(pieces, name), layout,
+                             (lambda name: _column_pixels(pieces, name, layout.size))
+                             if in_place else None)
         except (ValueError, TypeError, IndexError):
             pass
-    return batch([_sample(window, i) for window, at in pieces for i in at], lean, decoded)
+    return batch([_sample(window, i) for window, at in pieces for i in at], layout, decoded)
 
 
 def _gathered(pieces: list, name: str) -> list | np.ndarray:

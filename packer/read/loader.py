@@ -127,7 +127,7 @@ class PackedDataset(EpochProgress, IterableDataset):
         info, batching = get_worker_info(), self._batching
         arrays = bool(batching) and self._pixels_as_arrays()
         holes = bool(batching) and self.on_error == "skip"  # see batches()
-        planned = self._lean_plan(arrays) if batching else None
+        layout = self._batch_layout(arrays) if batching else None
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         mine, cut = streams.of_worker(worker, workers, self.streams), self.plan_workers(workers)
         first = self.first_stream(cut, batching[0] if batching else 1)
@@ -135,11 +135,11 @@ class PackedDataset(EpochProgress, IterableDataset):
         self._emitted = 0
         collate = (partial(collate_with_pixels, field=self.required_image, collate=collate_samples)
                    if arrays else collate_samples)
-        if planned:
+        if layout:
             decoded = partial(self._decoded_batch, decoder=self._worker_decoder(arrays),
                               collate=collate)
-            made = {stream: self._planned_batches(stream, cut, planned, batching, decoded,
-                                                  info is None) for stream in mine}
+            made = {stream: self._laid_out_batches(stream, cut, layout, batching, decoded,
+                                                   info is None) for stream in mine}
             return handed_over(streams.in_rounds(made, first), info is not None, GROUP)
         made = {stream: self.iter_worker(stream, cut, arrays, holes) for stream in mine}
         if batching is None:
@@ -148,18 +148,18 @@ class PackedDataset(EpochProgress, IterableDataset):
         made = {stream: batches(samples, *batching, collate) for stream, samples in made.items()}
         return handed_over(streams.in_rounds(made, first), info is not None, 1)
 
-    def _planned_batches(self, worker: int, workers: int, planned: lean.Plan,
-                         batching: tuple[int, bool], decoded, counted: bool):
-        """The worker's batches, with the positions each covers, each made as `planned`
+    def _laid_out_batches(self, worker: int, workers: int, layout: lean.Layout,
+                          batching: tuple[int, bool], decoded, counted: bool):
+        """The worker's batches, with the positions each covers, each made as `layout` says
         from the pieces of the windows it takes its samples from (lean.window_batches),
-        or by `decoded(samples, pool=)` where the plan does not fit them (decoded in
+        or by `decoded(samples, pool=)` where the layout does not fit them (decoded in
         `threads` threads if asked). The reader closes after the last batch is made: the
-        plan's field `in_place` may lie in its memory map until then; other windows a
+        layout's field `in_place` may lie in its memory map until then; other windows a
         worker reads into its slots."""
-        runs, in_place = self._runs(worker, workers), planned.in_place
+        runs, in_place = self._runs(worker, workers), layout.in_place
         reader = self.source.reader(runs)
         pool = ThreadPoolExecutor(self.threads, "packer-decode") if self.threads > 1 else None
-        collate = partial(lean.pieces_batch, lean=planned, decoded=partial(decoded, pool=pool))
+        collate = partial(lean.pieces_batch, layout=layout, decoded=partial(decoded, pool=pool))
         try:
             windows = plan.read_windows(reader, runs, self.window, self._order(worker),
                                         self._skip(worker, workers), in_place, True,
@@ -172,16 +172,16 @@ class PackedDataset(EpochProgress, IterableDataset):
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
 
-    def _lean_plan(self, arrays: bool) -> lean.Plan | None:
+    def _batch_layout(self, arrays: bool) -> lean.Layout | None:
         """How batches are made from the samples as read, where decoding would change
         nothing (packer.read.lean); None where it would."""
         decoder = self.decoder
         if self.transform is not None or decoder.decoders or decoder.image_key:
             return None
-        return lean.plan(*self.source.field_counts(), decoder.mode, decoder.size, arrays)
+        return lean.layout(*self.source.field_counts(), decoder.mode, decoder.size, arrays)
 
     def _decoded_batch(self, samples: list[dict], decoder: Decoder, collate, pool=None):
-        """A batch the lean plan does not fit, decoded sample by sample, by `pool`'s
+        """A batch the lean layout does not fit, decoded sample by sample, by `pool`'s
         threads if given (on_error as usual; with "warn", failures are replaced within
         the batch)."""
         decoded = ([self._decode(sample, decoder) for sample in samples] if pool is None else

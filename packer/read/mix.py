@@ -129,7 +129,7 @@ class MixedOrder:
             out += plan.slice_runs(order, low, high)
         return out
 
-    def describe(self) -> str:
+    def text(self) -> str:
         return (f"a mix of {len(self.shares)} datasets, {' + '.join(map(str, self.shares))} "
                 f"samples an epoch, shuffle={self.shuffle}")
 

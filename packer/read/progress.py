@@ -119,7 +119,7 @@ class EpochProgress:
         return {"version": elastic.STATE_VERSION, "epoch": self.epoch, "seed": self.seed,
                 "rank": self.rank, "world_size": self.world_size, "num_workers": workers,
                 "window": self.window, "remainder": self.remainder,
-                "order": self.order.identity(), "dataset": self.order.describe(),
+                "order": self.order.identity(), "dataset": self.order.text(),
                 "done": done, "consumed": [a + b for a, b in zip(skips or [0] * workers, now,
                                                                  strict=True)]}
 
@@ -132,7 +132,7 @@ class EpochProgress:
         if state.get("order", self.order.identity()) != self.order.identity():
             raise ValueError(f"the saved state is of another dataset or order "
                              f"({state.get('dataset')}); this one has "
-                             f"{self.order.describe()}: resume with the dataset and the "
+                             f"{self.order.text()}: resume with the dataset and the "
                              "options (split, unit, holdout, shuffle) the state was taken "
                              "with")
         self._resume = {"done": [], "window": self.window, "remainder": self.remainder,

@@ -277,7 +277,7 @@ class RemoteParts:
 
     def reader(self, runs=None) -> RemoteReader:
         reader = RemoteReader(self)
-        reader.plan([run.part for run in runs] if runs is not None else None)
+        reader.expect([run.part for run in runs] if runs is not None else None)
         return reader
 
 

@@ -17,8 +17,8 @@ class RemoteReader:
     A part that is a file of its own is held only while a run is read from it (the
     samples are copied out), never while the DataLoader keeps this process waiting
     between batches: a worker held back by its turn in the DataLoader's round-robin
-    must not keep parts that another worker needs room for. The next AHEAD parts of
-    the plan are downloaded in the background, one at a time, and left in the cache
+    must not keep parts that another worker needs room for. The next AHEAD parts it
+    expects are downloaded in the background, one at a time, and left in the cache
     (the most recently used, so the last to be removed). A dataset whose parts share
     its files is held whole while the reader is open."""
 
@@ -33,7 +33,7 @@ class RemoteReader:
         return {"remote": self.remote, "_order": None, "_cursor": 0,
                 "_coming": {}, "_pool": None, "_shared": None}
 
-    def plan(self, parts: list[int] | None) -> None:
+    def expect(self, parts: list[int] | None) -> None:
         """The parts this process will read, in order (one per run)."""
         if parts is None:
             self._order = None
@@ -75,7 +75,7 @@ class RemoteReader:
                 file.release()
 
     def _advance(self, part: int) -> None:
-        """Move the plan's cursor to `part`."""
+        """Move the cursor over the expected parts to `part`."""
         order = self._order
         if order is not None and (self._cursor >= len(order) or order[self._cursor] != part):
             try:
@@ -93,7 +93,7 @@ class RemoteReader:
             if part not in coming and part != self._order[self._cursor]:
                 coming.append(part)
         if self._pool is None:
-            # One download at a time, in the plan's order: the next part first.
+            # One download at a time, in the expected order: the next part first.
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-download")
         for part in coming:
             if part not in self._coming:

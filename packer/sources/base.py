@@ -53,7 +53,7 @@ class Source:
     field_specs   {field: {"dtype": "bytes" | "int64" | "float32" ..., "shape": [...]}}
     scan_skipped  inputs found bad before reading, [{"path", "reason"}]
     jobs(start, size, check)  picklable units of work covering samples start..count
-    describe(options)         the manifest's "source" entry and source-specific extras
+    source_record(options)    the manifest's "source" entry and source-specific extras
 
     and the defaults below. SHAPES lists the sample shapes it offers, preferred first
     (packer.sample): SAMPLES through jobs always; COLUMNS through `blocks(start)`,

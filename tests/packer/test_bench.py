@@ -70,7 +70,7 @@ def test_bench_without_loose_files_compares_with_nothing(loose_and_packed, tmp_p
 
 
 def test_a_run_over_before_the_sampler_starts_still_has_a_peak():
-    from packer.bench import MemoryPeak
+    from packer.bench.probes import MemoryPeak
 
     peak = MemoryPeak()
     peak._thread = __import__("threading").Thread(target=lambda: None)  # never samples

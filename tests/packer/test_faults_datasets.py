@@ -15,29 +15,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packer
-from conftest import image_bytes, run, tmpfs
+from conftest import image_bytes, tmpfs
 from packer.cli import cli
 from packer.errors import DatasetError
 from packer.formats import FORMAT_NAMES
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    """The same 60 images packed into every format, made once for the module."""
-    root = tmp_path_factory.mktemp("faults")
-    images = root / "images"
-    for i in range(60):
-        folder = images / f"c{i % 3}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{i}.jpg").write_bytes(image_bytes(i))
-    for fmt in FORMAT_NAMES:
-        run("pack", images, "--to", fmt, "-o", root / fmt, "-q")
-    return root
+def packed(packed_images):
+    """The same 60 images packed into every format; a test damages a copy (copy_of)."""
+    return packed_images((20, 20, 20))
 
 
 def copy_of(packed, fmt, tmp_path):
     target = tmp_path / fmt
-    subprocess.run(["cp", "-r", str(packed / fmt), str(target)], check=True)
+    subprocess.run(["cp", "-r", str(packed[fmt, "jpg"]), str(target)], check=True)
     return target
 
 
@@ -184,12 +176,13 @@ def read_only_folder(tmp_path):
 
 
 def test_an_output_on_a_read_only_file_system_is_one_message(packed, read_only_folder):
-    for command in (["pack", packed / "images", "-o", read_only_folder / "x"],
-                    ["unpack", packed / "webdataset", "-o", read_only_folder / "x"]):
+    for command in (["pack", packed["images"], "-o", read_only_folder / "x"],
+                    ["unpack", packed["webdataset", "jpg"], "-o", read_only_folder / "x"]):
         assert_clean_failure(cli_run(*command, "-q"), str(read_only_folder / "x"),
                              "Read-only file system")
-    trained = subprocess.run([sys.executable, "-m", "train", "fit", str(packed / "webdataset"),
-                              "--out", str(read_only_folder / "run"), "--epochs", "1"],
+    trained = subprocess.run([sys.executable, "-m", "train", "fit",
+                              str(packed["webdataset", "jpg"]), "--out",
+                              str(read_only_folder / "run"), "--epochs", "1"],
                              capture_output=True, text=True)
     assert_clean_failure(trained, f"{read_only_folder / 'run'}: Read-only file system")
 
@@ -251,7 +244,7 @@ def test_damaged_lmdb_values_and_pages_are_named(packed, damage, tmp_path):
 
     dataset = copy_of(packed, "lmdb", tmp_path)
     data = bytearray((dataset / "data.mdb").read_bytes())
-    sample = next(packer.iter_samples(packed / "lmdb"))
+    sample = next(packer.iter_samples(packed["lmdb", "jpg"]))
     if damage == "value":  # a map whose key is a number: msgpack refuses it
         at = data.index(b"".join(encode(sample)))
         data[at:at + 3] = b"\x81\x01\x02"
@@ -316,7 +309,7 @@ def _paths(value, prefix=()):
 @given(data=st.data())
 def test_fuzzed_manifests_never_give_a_traceback(packed, data, tmp_path_factory):
     fmt = data.draw(st.sampled_from(FORMAT_NAMES))
-    manifest = read_manifest(packed / fmt)
+    manifest = read_manifest(packed[fmt, "jpg"])
     manifest["skipped"] = manifest["skipped"][:2]
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from([p for p in _paths(manifest) if p]))
@@ -330,7 +323,7 @@ def test_fuzzed_manifests_never_give_a_traceback(packed, data, tmp_path_factory)
         if not isinstance(manifest, dict):
             break
     dataset = tmp_path_factory.mktemp("fuzz") / fmt
-    subprocess.run(["cp", "-r", str(packed / fmt), str(dataset)], check=True)
+    subprocess.run(["cp", "-r", str(packed[fmt, "jpg"]), str(dataset)], check=True)
     write_manifest(dataset, manifest)
     for command in ("inspect", "verify"):
         result = CliRunner().invoke(cli, [command, str(dataset), "-q"] if command == "verify"
@@ -347,7 +340,7 @@ def test_every_written_manifest_matches_the_schema_and_its_digest(packed):
     from packer.manifest import DIGEST_KEY, _digest
 
     for fmt in FORMAT_NAMES:
-        manifest = read_manifest(packed / fmt)
+        manifest = read_manifest(packed[fmt, "jpg"])
         assert manifest[DIGEST_KEY] == _digest(manifest)  # so loading skips the schema
         _validator().validate(manifest)
 

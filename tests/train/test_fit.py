@@ -2,33 +2,17 @@
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
-import packer
-from conftest import ROOT, colour_images
+from conftest import COLOURS, FIT_OPTIONS, ROOT, colour_images
 from conftest import run as packer_run
 from train.cli import cli
-from train.sides import held_out, packed_labels, stratified_sides
-
-COLOURS = [(220, 40, 40), (40, 200, 40), (40, 40, 220)]
-
-
-@pytest.fixture(scope="module")
-def colours(tmp_path_factory):
-    """Three classes told apart by colour: learnable in a few epochs."""
-    root = tmp_path_factory.mktemp("train")
-    colour_images(root / "images", COLOURS, per_class=40, spread=40)
-    packer_run("pack", root / "images", "-o", root / "wds", "--max-count", "30", "-q")
-    return root
 
 
 def train(*args, expect=0):
@@ -37,12 +21,10 @@ def train(*args, expect=0):
     return result.output
 
 
-COMMON = ["--image-size", "16", "--batch-size", "16", "--workers", "0", "--lr", "3e-3"]
-
-
 def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
     out = tmp_path / "run"
-    train("fit", colours / "wds", "--out", out, "--epochs", "6", "--val-split", "0.25", *COMMON)
+    train("fit", colours / "wds", "--out", out, "--epochs", "6", "--val-split", "0.25",
+          *FIT_OPTIONS)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["best"]["val"]["accuracy"] >= 0.9
     assert (out / "curves.png").exists() and (out / "confusion.png").exists()
@@ -56,7 +38,7 @@ def test_fit_reaches_high_validation_accuracy(colours, tmp_path):
 
 @pytest.mark.parametrize("cache", ["ram", "off"])
 def test_resume_gives_the_same_weights(colours, tmp_path, cache):
-    constant = [*COMMON, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2",
+    constant = [*FIT_OPTIONS, "--schedule", "constant", "--warmup-epochs", "0", "--dropout", "0.2",
                 "--cache", cache]
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2", *constant)
     train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "4", "--resume", *constant)
@@ -69,7 +51,7 @@ def test_resume_gives_the_same_weights(colours, tmp_path, cache):
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
 def test_amp_paths_on_the_cpu(colours, tmp_path, amp):
     train("fit", colours / "wds", "--out", tmp_path / amp, "--epochs", "1", "--amp", amp,
-          *COMMON)
+          *FIT_OPTIONS)
     summary = json.loads((tmp_path / amp / "summary.json").read_text())
     assert summary["epochs_run"] == 1 and math.isfinite(summary["best"]["train"]["loss"])
     scaler = torch.load(tmp_path / amp / "last.pt", weights_only=True)["scaler"]
@@ -92,7 +74,7 @@ def test_bad_inputs_fail_before_training(colours, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_device_cuda_without_a_gpu_is_a_clear_error(colours, tmp_path):
     output = train("fit", colours / "wds", "--out", tmp_path / "x", "--device", "cuda",
-                   *COMMON, expect=1)
+                   *FIT_OPTIONS, expect=1)
     assert "--device cuda: PyTorch sees no CUDA GPU" in output and "Traceback" not in output
 
 
@@ -105,89 +87,6 @@ def test_bench_train_packed_only(colours):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "packed shards" in result.stdout and "loose files" not in result.stdout
     assert "--device cpu --amp off" in result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def test_ddp_with_two_gloo_processes(colours, tmp_path):
-    out = tmp_path / "ddp"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", str(free_port()), "-m", "train", "fit", str(colours / "wds"),
-               "--out", str(out), "--epochs", "2", *COMMON[:-2]]  # --lr auto: one rate
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("a range test of") == 1  # printed by rank 0 only
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in lines] == [1, 2]  # only rank 0 writes
-    # 120 samples: small data, so 0.2 held out, split over the ranks, reduced
-    assert lines[0]["val"]["samples"] == 24
-
-
-def _training_side(data, **options) -> packer.PackedDataset:
-    """The training side of --val-split 0.25 (stratified) as train fit reads it."""
-    labels, parts = packed_labels(data, {})
-    train_side, _ = stratified_sides(held_out(labels, 0.25, 0), parts.part_counts, 0)
-    return packer.PackedDataset(parts, order=train_side, decode="raw", shuffle=True, seed=0,
-                                **options)
-
-
-def _expected_share(data, rank: int, epoch: int) -> dict:
-    """What the loader plans for `rank` of two in `epoch` (train fit's defaults: seed 0)."""
-    share = _training_side(data, rank=rank, world_size=2)
-    share.set_epoch(epoch)
-    keys = [sample["__key__"] for sample in share]
-    return {"samples": len(keys), "keys_crc32_sum": sum(zlib.crc32(k.encode()) for k in keys),
-            "keys": set(keys)}
-
-
-def run_two_nodes(data, tmp_path, node_env=lambda node: {}) -> list[dict]:
-    """`torchrun --nnodes 2`, one process per node, as on two machines (on loopback):
-    the epochs' records of metrics.jsonl, once both nodes have finished."""
-    endpoint = f"127.0.0.1:{free_port()}"
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-         "--node-rank", str(node), "--rdzv-endpoint", endpoint, "-m", "train", "fit",
-         str(data), "--out", str(tmp_path / f"node{node}"), "--epochs", "2",
-         "--cache", "off", "--val-split", "0.25", *COMMON],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **node_env(node)}) for node in (0, 1)]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert "best epoch" in outputs[0]  # rank 0 reports and writes; rank 1 writes nothing
-    assert not (tmp_path / "node1").exists()
-    return [json.loads(line) for line in
-            (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
-
-
-def assert_each_rank_read_its_share(lines: list[dict], data) -> None:
-    total = _training_side(data).total
-    for epoch, record in enumerate(lines):
-        expected = [_expected_share(data, rank, epoch) for rank in (0, 1)]
-        assert record["train"]["ranks"] == [{k: e[k] for k in ("samples", "keys_crc32_sum")}
-                                            for e in expected]
-        assert not expected[0]["keys"] & expected[1]["keys"]  # each sample once, on one rank
-        assert len(expected[0]["keys"] | expected[1]["keys"]) == total
-    assert len(lines) == 2
-
-
-def test_two_nodes_read_each_rank_share_once_per_epoch(colours, tmp_path):
-    assert_each_rank_read_its_share(run_two_nodes(colours / "wds", tmp_path), colours / "wds")
-
-
-def test_two_nodes_read_from_object_storage_through_each_node_cache(colours, s3, tmp_path):
-    url = f"s3://{s3}/wds"
-    packer_run("pack", colours / "images", "-o", url, "--max-count", "30", "-q")
-    caches = [tmp_path / f"cache-node{node}" for node in (0, 1)]
-    lines = run_two_nodes(url, tmp_path, lambda node: {"XDG_CACHE_HOME": str(caches[node])})
-    assert_each_rank_read_its_share(lines, url)
-    for cache in caches:  # each node downloaded into its own cache, only whole parts
-        parts = [p for p in cache.rglob("shard-*.tar") if p.is_file()]
-        assert parts and not [p for p in cache.rglob("*") if ".part-" in p.name]
 
 
 def test_fit_reads_an_s3_dataset_through_the_cache_it_is_given(colours, s3, tmp_path):
@@ -212,12 +111,12 @@ def test_fit_reads_an_s3_dataset_through_the_cache_it_is_given(colours, s3, tmp_
 
 
 def test_overfit_check_and_lr_find(colours, tmp_path):
-    assert "overfit: loss" in train("overfit", colours / "wds", "--samples", "32", *COMMON)
-    report = train("check", colours / "wds", "--out", tmp_path / "check", *COMMON[:-2])
+    assert "overfit: loss" in train("overfit", colours / "wds", "--samples", "32", *FIT_OPTIONS)
+    report = train("check", colours / "wds", "--out", tmp_path / "check", *FIT_OPTIONS[:-2])
     assert "input_shape: [3, 16, 16]" in report and "finite_gradients': True" in report
     assert (tmp_path / "check" / "check_grid.png").read_bytes()[:4] == b"\x89PNG"
     found = train("lr-find", colours / "wds", "--out", tmp_path / "lr", "--steps", "20",
-                  *COMMON)
+                  *FIT_OPTIONS)
     assert "suggested learning rate" in found
     assert (tmp_path / "lr" / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -226,7 +125,7 @@ def test_fit_from_a_loose_folder(colours, tmp_path):
     result = CliRunner().invoke(cli, ["fit", str(colours / "images"), "--val",
                                       str(colours / "wds"), "--out", str(tmp_path / "v")])
     assert result.exit_code == 1 and "pack DATA first" in result.output
-    train("fit", colours / "images", "--out", tmp_path / "loose", "--epochs", "1", *COMMON)
+    train("fit", colours / "images", "--out", tmp_path / "loose", "--epochs", "1", *FIT_OPTIONS)
     summary = json.loads((tmp_path / "loose" / "summary.json").read_text())
     assert summary["epochs_run"] == 1  # 120 images: small data, 0.2 held out, stratified
     assert summary["best"]["val"]["samples"] == 24 and summary["chosen"]["val_split"]
@@ -277,7 +176,7 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
     packer_run("pack", images, "-o", tmp_path / "wds", "-q")
     out = tmp_path / "run"
     said = train("fit", tmp_path / "wds", "--out", out, "--epochs", "1", "--val-split", "0.25",
-                 *COMMON)
+                 *FIT_OPTIONS)
     assert json.loads((out / "summary.json").read_text())["best"]["epoch"] == 1
     assert "1 damaged sample replaced this epoch" in said
     [damaged] = json.loads((out / "metrics.jsonl").read_text())["damaged_samples"]
@@ -287,7 +186,7 @@ def test_sidecars_that_only_some_samples_have_do_not_stop_training(tmp_path):
 @pytest.mark.parametrize("damage", ["cut", "zeros", "foreign"])
 def test_a_damaged_last_checkpoint_is_one_message_on_resume(colours, tmp_path, damage):
     out = tmp_path / "run"
-    train("fit", colours / "wds", "--out", out, "--epochs", "1", *COMMON)
+    train("fit", colours / "wds", "--out", out, "--epochs", "1", *FIT_OPTIONS)
     last = out / "last.pt"
     if damage == "cut":
         last.write_bytes(last.read_bytes()[:len(last.read_bytes()) // 2])
@@ -296,7 +195,7 @@ def test_a_damaged_last_checkpoint_is_one_message_on_resume(colours, tmp_path, d
     else:
         torch.save({"weights": torch.zeros(3)}, last)
     result = CliRunner().invoke(cli, ["fit", str(colours / "wds"), "--out", str(out),
-                                      "--epochs", "2", "--resume", *COMMON])
+                                      "--epochs", "2", "--resume", *FIT_OPTIONS])
     assert result.exit_code == 1, result.output
     assert f"{last}: " in result.output and "without --resume" in result.output
     assert "Traceback" not in result.output and "Aborted" not in result.output
@@ -319,19 +218,19 @@ def test_fit_reads_raw_pixel_datasets_without_options(colours, tmp_path):
 
 
 def test_fit_ends_on_its_closing_line_and_gives_json_when_asked(colours, tmp_path):
-    plain = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "1", *COMMON)
+    plain = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "1", *FIT_OPTIONS)
     assert plain.strip().splitlines()[-1].startswith("best epoch 1 of 1")
     assert "{" not in plain.strip().splitlines()[-1] and " a epoch" not in plain
     asked = train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "1", "--json",
-                  *COMMON)
+                  *FIT_OPTIONS)
     assert json.loads(asked.strip().splitlines()[-1])["epochs_run"] == 1
 
 
 def test_resume_from_another_models_checkpoint_names_what_differs(colours, tmp_path):
     out = tmp_path / "run"
-    train("fit", colours / "wds", "--out", out, "--epochs", "1", "--width", "8", *COMMON)
+    train("fit", colours / "wds", "--out", out, "--epochs", "1", "--width", "8", *FIT_OPTIONS)
     refused = train("fit", colours / "wds", "--out", out, "--epochs", "2", "--width", "16",
-                    "--resume", *COMMON, expect=1)
+                    "--resume", *FIT_OPTIONS, expect=1)
     assert "written for another model" in refused and "--width 8 then, 16 now" in refused
 
 

@@ -39,12 +39,12 @@ def _layout(spec: dict) -> tuple[object, tuple[int, ...]]:
     return np.dtype(spec["dtype"]), tuple(spec.get("shape", ()))
 
 
-def dataset_names(manifest_or_plan: dict) -> dict[str, str]:
+def dataset_names(manifest_or_setup: dict) -> dict[str, str]:
     """Field -> HDF5 dataset name: the field's own name unless its spec gives a
     `dataset` (tables store `features`, `labels`, `keys`)."""
-    names = {KEY: manifest_or_plan.get("key_dataset", KEY)}
+    names = {KEY: manifest_or_setup.get("key_dataset", KEY)}
     names.update((name, spec.get("dataset", name))
-                 for name, spec in manifest_or_plan["fields"].items())
+                 for name, spec in manifest_or_setup["fields"].items())
     return names
 
 

@@ -294,10 +294,10 @@ def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
     found = raw_header[field.offset:field.end]
     where = f"{field.name} at offset {field.offset}"
     if found == field.expect:
-        return Check(field.key, True, f"{where}: {describe_bytes(found, field, spec)} "
+        return Check(field.key, True, f"{where}: {bytes_text(found, field, spec)} "
                                       f"as expected")
-    message = (f"{where}: expected {describe_bytes(field.expect, field, spec)}, found "
-               f"{describe_bytes(found, field, spec)}")
+    message = (f"{where}: expected {bytes_text(field.expect, field, spec)}, found "
+               f"{bytes_text(found, field, spec)}")
     if found[::-1] == field.expect and field.element.itemsize > 1:
         message += (f"; these are the expected bytes reversed: is byte_order = "
                     f"\"{spec.byte_order}\" right?")
@@ -306,7 +306,7 @@ def _expect_check(field: Field, raw_header: bytes, spec: Spec) -> Check:
     return Check(field.key, False, message)
 
 
-def describe_bytes(raw: bytes, field: Field, spec: Spec) -> str:
+def bytes_text(raw: bytes, field: Field, spec: Spec) -> str:
     """Bytes as hex, with their text (bytes fields) or number (numeric fields)."""
     hex_text = raw.hex(" ")
     if field.kind == "bytes":

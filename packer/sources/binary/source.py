@@ -28,7 +28,15 @@ import numpy as np
 
 from packer.compressed import PlainFile
 from packer.errors import PackerError, UsageProblem
-from packer.sample import KEY, RECORDS, SAMPLES, SIDECAR_FIELDS, field_bytes, index_keys
+from packer.sample import (
+    KEY,
+    RECORDS,
+    SAMPLES,
+    SIDECAR_FIELDS,
+    column_samples,
+    field_bytes,
+    index_keys,
+)
 from packer.sources.base import Source
 from packer.sources.binary.dump import open_dump
 from packer.sources.binary.records import Windows, record_arrays, window_arrays
@@ -178,7 +186,7 @@ class BinaryDump(Source):
     def keys(self, first: int, count: int) -> list[str]:
         return index_keys(first, count)
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         dump = self.dump
         return {"source": {
             "kind": "binary", "path": str(self.path.resolve()), "spec": str(self.spec.source),
@@ -227,16 +235,7 @@ def _plain(header: dict) -> dict:
 def read_job(job: tuple) -> list[tuple[dict, list]]:
     """Samples of a dump as dicts of arrays (the SAMPLES shape)."""
     source, first, count = job
-    columns = source.columns(first, count)
-    labels = columns.pop("cls", None)
-    keys, samples = index_keys(first, count), []
-    for i in range(count):
-        sample = {KEY: keys[i]}
-        sample.update((name, np.asarray(column[i])) for name, column in columns.items())
-        if labels is not None:
-            sample["cls"] = int(labels[i])
-        samples.append((sample, []))
-    return samples
+    return column_samples(index_keys(first, count), source.columns(first, count))
 
 
 class BinaryFolder:
@@ -284,15 +283,15 @@ class BinaryFolder:
         for root, _, sources in self.scan.jobs(start, size, check):
             yield root, self.spec, self.tail, sources
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         self.scan.input_bytes = sum(os.stat(self.scan.root / rel).st_size
                                     for sample in self.scan.samples()
                                     for _, rel in sample.files)
-        described = self.scan.describe(options)
-        described["source"].update(kind="binary-files", spec=str(self.spec.source))
+        record = self.scan.source_record(options)
+        record["source"].update(kind="binary-files", spec=str(self.spec.source))
         if self.sample_rates is not None:
-            described["source"]["sample_rates"] = self.sample_rates
-        return described
+            record["source"]["sample_rates"] = self.sample_rates
+        return record
 
 
 def file_fields(path: Path, spec, tail) -> dict[str, bytes]:

@@ -127,7 +127,7 @@ class Scan(Source):
         """The source as the manifest names it."""
         return str(self.root.resolve())
 
-    def describe(self, options) -> dict:
+    def source_record(self, options) -> dict:
         """What the manifest says of this source, beside the common entries."""
         return {
             "source": {"kind": "files", "path": self.where(),

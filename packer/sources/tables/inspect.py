@@ -50,7 +50,7 @@ def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delim
                 entry["max"] = high if entry["max"] is None else max(entry["max"], high)
         total += len(frame)
     columns = [{"name": n, "type": types.get(n, "empty"), **counts[n]} for n in names]
-    return {"path": str(path), **table.describe(), "header_guessed": header_row is None
+    return {"path": str(path), **table.table_facts(), "header_guessed": header_row is None
             and table.header_row is not None, "columns": columns, "rows": total,
             "names": names, "head": head}
 

@@ -122,7 +122,7 @@ class Table:
     def head(self, rows: int) -> pd.DataFrame:
         return next(iter(self.chunks(None, rows)), pd.DataFrame(columns=self.names))
 
-    def describe(self) -> dict:
+    def table_facts(self) -> dict:
         return {"format": self.kind, "header_row": self.header_row,
                 "first_data_row": self.first_data_row,
                 "compression": self.plain.compression if self.plain else None}
@@ -204,8 +204,8 @@ class CsvTable(Table):
         except ValueError as err:  # usecols beyond a short file's width, and the like
             raise PackerError(f"{self.path}: {err}") from None
 
-    def describe(self) -> dict:
-        return {**super().describe(), "encoding": self.encoding,
+    def table_facts(self) -> dict:
+        return {**super().table_facts(), "encoding": self.encoding,
                 "encoding_given": self.encoding_given, "delimiter": self.delimiter,
                 "decimal": self.decimal, "decimal_guessed": self.decimal_guessed}
 
@@ -265,8 +265,8 @@ class ExcelTable(Table):
         for first in range(0, len(data), rows):
             yield data.iloc[first:first + rows].reset_index(drop=True).infer_objects()
 
-    def describe(self) -> dict:
-        return {**super().describe(), "sheet": self.sheet, "sheets": self.sheets}
+    def table_facts(self) -> dict:
+        return {**super().table_facts(), "sheet": self.sheet, "sheets": self.sheets}
 
 
 MAX_DECLARED_CELLS = 50_000_000  # a sheet's declared cells past which its XML is weighed

@@ -8,7 +8,7 @@ import pytest
 import packer
 from conftest import image_bytes, run, source_files
 from packer import formats
-from packer.bench import BenchOptions, bench
+from packer.bench.measure import BenchOptions, bench
 from packer.formats import FORMAT_NAMES, format_module
 from packer.formats.protocol import missing_names
 

@@ -12,7 +12,7 @@ import pytest
 
 import packer
 from conftest import KILL_AFTER_TWO_PARTS, run, source_files
-from packer.bench import BenchOptions, bench
+from packer.bench.measure import BenchOptions, bench
 from packer.errors import DatasetError
 
 

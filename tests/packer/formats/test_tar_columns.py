@@ -194,7 +194,7 @@ def test_a_class_id_that_is_not_a_number_is_named_in_a_batch(tmp_path):
             list(packer.DataLoader(ds, batch_size=8, num_workers=workers))
 
 
-def test_a_batch_across_a_window_in_a_slot_and_one_read_apart_is_made_as_planned(
+def test_a_batch_across_a_window_in_a_slot_and_one_read_apart_is_made_as_laid_out(
         monkeypatch):
     """A worker that found no free slot for the next window reads it as usual: a batch
     taking samples from both windows still takes each value from its own column, with
@@ -205,8 +205,8 @@ def test_a_batch_across_a_window_in_a_slot_and_one_read_apart_is_made_as_planned
     in_slot = {"__key__": ["a0", "a1"], "cls": np.array([0, 1]),
                "jpg": Spans(buffer, np.array([2, 7]), np.array([5, 9]))}
     apart = {"__key__": ["b0"], "cls": np.array([2]), "jpg": [b"CC"]}
-    planned = lean.Plan({"__key__": lean.LIST, "cls": lean.CLASS, "jpg": lean.LIST}, None)
-    batch = lean.pieces_batch([(in_slot, [1, 0]), (apart, [0])], planned,
+    layout = lean.Layout({"__key__": lean.LIST, "cls": lean.CLASS, "jpg": lean.LIST}, None)
+    batch = lean.pieces_batch([(in_slot, [1, 0]), (apart, [0])], layout,
                               lambda samples: pytest.fail("decoded sample by sample"))
     assert batch["__key__"] == ["a1", "a0", "b0"] and batch["jpg"] == [b"BB", b"AAA", b"CC"]
     assert batch["cls"].tolist() == [1, 0, 2]

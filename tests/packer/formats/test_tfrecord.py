@@ -20,6 +20,8 @@ from packer.read.dataset import iter_samples
 from packer.sample import restored_path
 
 
+# Not conftest's packed_images: these tests need the awkward names and sidecar files of
+# image_folder, and most of them damage the dataset they are given, so each gets its own.
 @pytest.fixture
 def packed(image_folder, tmp_path):
     out = tmp_path / "tfr"

@@ -17,22 +17,9 @@ from packer.read.pixels import rgb8_tensor
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(packed_images):
     """43 images of several sizes, packed as they are and as raw pixels, every format."""
-    root = tmp_path_factory.mktemp("batches")
-    images = root / "images"
-    for c in range(3):
-        (images / f"c{c}").mkdir(parents=True)
-        for i in range(14 + c % 2):
-            size = (10 + i % 4, 8 + i % 3)
-            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 50 + i, size=size))
-    out = {}
-    for fmt in FORMAT_NAMES:
-        for variant, options in (("jpg", ()), ("raw", ("--resize", "12x10", "--encode", "raw"))):
-            out[fmt, variant] = root / f"{fmt}-{variant}"
-            run("pack", images, "--to", fmt, "-o", out[fmt, variant], "--max-count", "16",
-                *options, "-q")
-    return out
+    return packed_images((14, 15, 14), size=((10, 4), (8, 3)), max_count=16, raw="12x10")
 
 
 def per_sample_batches(ds, workers: int, batch_size: int, drop_last: bool = False):

@@ -18,22 +18,13 @@ PER_CLASS = 30
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+def packed(packed_images):
     """A class-sorted image folder packed three ways; tar shards of 20 samples (uneven)."""
-    root = tmp_path_factory.mktemp("loader")
-    images = root / "images"
-    for c in range(CLASSES):
-        (images / f"c{c}").mkdir(parents=True)
-        for i in range(PER_CLASS):
-            size = (8 + i % 5, 6 + i % 3)
-            (images / f"c{c}" / f"{i:03d}.jpg").write_bytes(image_bytes(c * 100 + i, size=size))
-    out = {}
-    for fmt in FORMAT_NAMES:
-        out[fmt] = root / fmt
-        run("pack", images, "--to", fmt, "-o", out[fmt], "--max-count", "20", "-q")
-    out["one-shard"] = root / "one-shard"
-    run("pack", images, "-o", out["one-shard"], "-q")
-    return out
+    sizes = ((8, 5), (6, 3))
+    made = packed_images((PER_CLASS,) * CLASSES, size=sizes, max_count=20)
+    one_shard = packed_images((PER_CLASS,) * CLASSES, size=sizes, formats=("webdataset",))
+    return {fmt: made[fmt, "jpg"] for fmt in FORMAT_NAMES} | {
+        "one-shard": one_shard["webdataset", "jpg"]}
 
 
 def keys_of(path):

@@ -20,6 +20,8 @@ def planted(tmp_path_factory) -> Path:
     return planted_folder(tmp_path_factory.mktemp("view") / "images")
 
 
+# Not conftest's packed_images: a page is checked against the problems planted in its
+# images (an empty file, a broken JPEG, ...), so these pack the planted folder.
 def packed(source: Path, fmt: str, *options) -> Path:
     out = source.parent / (f"{fmt}.h5" if fmt == "hdf5" else fmt)
     if not out.exists():

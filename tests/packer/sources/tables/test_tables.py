@@ -179,9 +179,10 @@ def test_na_policies_categorical_dates_and_regression(tmp_path):
 
 
 def test_multi_label_and_many_chunks(tmp_path, monkeypatch):
+    import packer.sources.tables.scan as scan
     import packer.sources.tables.source as tables
 
-    monkeypatch.setattr(tables, "CHUNK_CELLS", 64)  # many chunks and many HDF5 blocks
+    monkeypatch.setattr(scan, "CHUNK_CELLS", 64)  # many chunks and many HDF5 blocks
     monkeypatch.setattr(tables, "BLOCK_BYTES", 200)
     rng = np.random.default_rng(1)
     df = pd.DataFrame({"x": rng.normal(size=500).round(3), "cat": rng.choice(list("zyx"), 500),

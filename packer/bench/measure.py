@@ -10,20 +10,16 @@ measured on the same data: `cat` of each reader's files (IO), and the single-cor
 decode rate times the cores (CPU).
 """
 
-import ctypes
-import mmap
 import os
-import re
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import torch
 
+from packer.bench.probes import MemoryPeak, drop_cache, drop_took_effect
 from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed
@@ -92,7 +88,7 @@ def stored_text(manifest: dict) -> str:
     return f"{resolution}, {encoding}"
 
 
-def describe(path: str, options: BenchOptions) -> Contender:
+def contender(path: str, options: BenchOptions) -> Contender:
     """A reader of `path`: a packed dataset, or a loose folder of images (bad inputs
     left out, as packing leaves them out, so that every reader reads the same samples).
     A dataset (or plain shards) in object storage is read through the part cache: no
@@ -123,56 +119,6 @@ def describe(path: str, options: BenchOptions) -> Contender:
                   [label for _, label in kept])
 
 
-def drop_cache(paths: list[str]) -> None:
-    """Evict the files from the page cache; needs no privilege."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def resident_share(path: str) -> float | None:
-    """The share of the file's pages in the page cache (mincore), or None where the
-    call is not available."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return 0.0
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        page = os.sysconf("SC_PAGE_SIZE")
-        with open(path, "rb") as file:
-            view = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY)
-        pages = (size + page - 1) // page
-        vector = (ctypes.c_ubyte * pages)()
-        anchor = ctypes.c_char.from_buffer(view)
-        failed = libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size),
-                              vector)
-        del anchor
-        view.close()
-    except (OSError, AttributeError, ValueError):
-        return None
-    return None if failed else sum(v & 1 for v in vector) / pages
-
-
-def drop_took_effect(path: str) -> bool:
-    """Whether dropping the cache works here: after a read and a drop, none of the
-    file's pages are resident (timed re-reads where mincore is missing; under a VM
-    the host's own cache still makes 'cold' reads faster than a real disk)."""
-    read_file(path)
-    drop_cache([path])
-    share = resident_share(path)
-    if share is not None:
-        return share == 0.0
-    began = time.perf_counter()
-    read_file(path)
-    cold = time.perf_counter() - began
-    began = time.perf_counter()
-    read_file(path)
-    return cold > 2 * (time.perf_counter() - began)
-
-
 def cat_rate(reader: Contender, cold: bool) -> float:
     """Samples/s that reading the reader's files end to end gives (the IO ceiling)."""
     if cold:
@@ -193,64 +139,6 @@ def decode_limit(reader: Contender, image_size: int, sample_count: int = 500) ->
         rgb8_tensor(data, (image_size, image_size), kind)
     rate = len(images) / (time.perf_counter() - began)
     return rate * (os.cpu_count() or 1)
-
-
-HAS_SMAPS_ROLLUP = Path("/proc/self/smaps_rollup").exists()
-
-
-class MemoryPeak:
-    """Peak RSS and PSS of this process and its children, sampled in a thread."""
-
-    def __init__(self, interval: float = 0.05):
-        self.interval, self.rss, self.pss = interval, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self._sample_once()
-            self._stop.wait(self.interval)
-
-    def _sample_once(self) -> None:
-        me = psutil.Process()
-        rss = pss = 0
-        for process in [me, *me.children(recursive=True)]:
-            try:
-                process_rss, process_pss = resident_bytes(process)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            rss, pss = rss + process_rss, pss + process_pss
-        self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self._sample_once()  # a run too short for the thread to have sampled it
-
-
-def resident_bytes(process: psutil.Process) -> tuple[int, int]:
-    """RSS and PSS of one process from a single read of smaps_rollup, so PSS <= RSS.
-
-    psutil takes RSS from statm, whose counters lag behind by many pages in busy
-    processes, and PSS from smaps: the two could disagree by megabytes.
-    """
-    if not HAS_SMAPS_ROLLUP:  # not Linux: RSS stands in for PSS
-        rss = process.memory_info().rss
-        return rss, rss
-    try:
-        text = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
-    except PermissionError:
-        raise psutil.AccessDenied(process.pid) from None
-    except OSError:  # gone (ENOENT) or exiting (ESRCH)
-        raise psutil.NoSuchProcess(process.pid) from None
-    fields = dict(re.findall(r"^(Rss|Pss):\s+(\d+) kB", text, re.MULTILINE))
-    if "Rss" not in fields:  # a process that is exiting has an empty rollup
-        raise psutil.NoSuchProcess(process.pid)
-    return int(fields["Rss"]) * 1024, int(fields.get("Pss", fields["Rss"])) * 1024
 
 
 def run_once(reader: Contender, workers: int, options: BenchOptions, cold: bool) -> dict:
@@ -306,7 +194,7 @@ def bench(paths: list[str], options: BenchOptions, progress=print) -> dict:
     """Measure every reader at every worker count; returns the figures as a dict."""
     if any(w < 0 for w in options.workers):
         raise UsageProblem("--workers: worker counts must be 0 or more")
-    readers = [describe(p, options) for p in paths]
+    readers = [contender(p, options) for p in paths]
     caches = ["warm", "cold"] if options.cold else ["warm"]
     runs: dict[tuple[str, str, int], list] = {}
     for repeat in range(options.repeat):
