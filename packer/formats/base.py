@@ -44,7 +44,7 @@ class Chunk(NamedTuple):
     spool: str | None = None  # a file holding `blob`, when it crossed from a worker
     spool_crc: int = 0  # the CRC-32 of the spool file's bytes
     warnings: dict | None = None  # position in the run -> warnings of a good sample's inputs
-    keys: tuple = ()  # per good sample, where the pack keeps them (splits, --dedupe)
+    keys: tuple = ()  # per good sample, where kept (splits, --dedupe, KEYS_BESIDE_PARTS)
     contents: bytes = b""  # ... and its content_digest, 32 bytes each
 
     def good_positions(self) -> list[int]:
@@ -82,7 +82,7 @@ class Chunk(NamedTuple):
 def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
     """Encode a run of read samples with a format `module`: each outcome is a sample
     and the warnings of its inputs, or None and the skip entries of its inputs."""
-    chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes), warnings={})
+    chunk = Chunk(b"", [], b"", [], [], {}, {}, len(outcomes), warnings={}, keys=[])
     encoded, digests = [], []
     for position, (sample, notes) in enumerate(outcomes):
         if sample is None:
@@ -102,7 +102,10 @@ def encode_chunk(outcomes: list[tuple[dict | None, list]], module) -> Chunk:
             total[0] += 1
             total[1] += size
         chunk.labels.append(sample.get("cls"))
-    return chunk._replace(blob=b"".join(encoded), digests=b"".join(digests))
+        if getattr(module, "KEYS_BESIDE_PARTS", False):
+            chunk.keys.append(sample[KEY])
+    return chunk._replace(blob=b"".join(encoded), digests=b"".join(digests),
+                          keys=tuple(chunk.keys))
 
 
 class Writer:
@@ -141,6 +144,7 @@ class Writer:
         if stop > start:
             self._store_run(memoryview(chunk.blob)[offsets[start]:offsets[stop]],
                             lengths[start:stop])
+            self._store_keys(chunk.keys[start:stop])
             if self._digest is not None:
                 self._digest.update(chunk.digests[32 * start:32 * stop])
             part["count"] += stop - start
@@ -191,6 +195,10 @@ class Writer:
 
     def _begin_part(self, part: dict) -> None:
         pass
+
+    def _store_keys(self, keys: tuple) -> None:
+        """The keys of the samples just stored, where the chunk has them (a format that
+        keeps them beside its parts, `KEYS_BESIDE_PARTS`; a split or --dedupe)."""
 
     def reserve(self, nbytes: int) -> None:
         """Claim disk space for the next `nbytes` to be written, before writing them: a

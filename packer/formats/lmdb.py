@@ -27,6 +27,8 @@ import msgpack
 from packer.errors import DatasetError
 from packer.formats import msgpack_columns, protocol
 from packer.formats.base import ProcessReader, Writer
+from packer.formats.msgpack_values import DECODE_ERRORS as _DECODE_ERRORS
+from packer.formats.msgpack_values import InPlace, decode_value, value_key
 from packer.formats.protocol import (
     block_limits,
     no_file_manifest,
@@ -39,6 +41,7 @@ from packer.formats.readahead import DONE, mapped_range
 from packer.sample import (
     INDEX_KEY,
     INDEX_KEY_BYTES,
+    KEY,
     RAW_IMAGE_FIELD,
     SAMPLES,
     msgpack_default,
@@ -70,8 +73,6 @@ def sample_key(index: int) -> bytes:
     return INDEX_KEY_BYTES % index
 
 
-def decode_value(value: bytes) -> dict:
-    return msgpack.unpackb(value, raw=False)
 
 
 def encode(sample: dict) -> list[bytes]:
@@ -79,34 +80,6 @@ def encode(sample: dict) -> list[bytes]:
         sample = {**sample}
         sample[RAW_IMAGE_FIELD] = sample.pop(RAW_IMAGE_FIELD)
     return [msgpack.packb(sample, use_bin_type=True, default=msgpack_default)]
-
-
-class InPlace:
-    """Values decoded but for `field`, which stays where it lies (a memoryview of the
-    value): the copy and the decode of an image's bytes are spared. That holds for a
-    value whose last entry is `field` with as many bytes as the first value's (stored
-    pixels of one size: see encode); any other value is decoded whole."""
-
-    def __init__(self, field: str, first):
-        try:
-            payload = decode_value(first).get(field)
-        except _DECODE_ERRORS:
-            payload = None
-        self.field = field
-        self.size = len(payload) if isinstance(payload, bytes) else -1
-        # the bytes of the entry before its payload: the name, then the bin header
-        self.entry = (msgpack.packb(field) + msgpack.packb(b"\0" * self.size)[:-self.size]
-                      if self.size > 0 else None)
-
-    def __call__(self, value) -> dict:
-        cut = len(value) - self.size - len(self.entry or b"")
-        if self.entry is None or cut < 1 or not 0x81 <= value[0] <= 0x8f \
-                or value[cut:cut + len(self.entry)] != self.entry:
-            return decode_value(value)
-        # the other entries of a fixmap, as a fixmap of one entry fewer
-        sample = msgpack.unpackb(bytes((value[0] - 1,)) + value[1:cut], raw=False)
-        sample[self.field] = value[cut + len(self.entry):]
-        return sample
 
 
 class LmdbWriter(Writer):
@@ -131,15 +104,24 @@ class LmdbWriter(Writer):
         return 2 * self._open_part["bytes"] if self._open_part else 0
 
     def _commit(self, items: list[tuple[bytes, bytes]]) -> None:
+        samples = all(k != META_KEY for k, _ in items)
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    txn.cursor().putmulti(items, append=all(k != META_KEY for k, _ in items))
+                    if samples:  # put after the last key, so the meta (an append's) goes
+                        txn.delete(META_KEY)  # first: `finish` writes it again
+                    txn.cursor().putmulti(items, append=samples)
                 return
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def truncate(self, count: int) -> None:
+        """Delete the samples from `count` on; where there are none (a dataset's copy,
+        appended to), nothing is written: a commit would flush the whole copy now."""
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(sample_key(count)) or cursor.key() == META_KEY:
+                return
         while True:  # a delete takes pages too: the map doubles when full, as in _commit
             try:
                 with self.env.begin(write=True) as txn:
@@ -243,6 +225,18 @@ class Reader(ProcessReader):
         return {**super().__getstate__(), "_txn": None, "_in_place": None, "_layout": None,
                 "_held": deque([[]])}
 
+    def keys(self, part: dict) -> list[str]:
+        """A part's keys, each read from the head of its value (see value_key): the
+        rest of the value is neither copied nor decoded."""
+        first = part["first"]
+        try:
+            with self.handle().begin(buffers=True) as txn:
+                values = self._values(txn, first, part["count"])
+                return [value_key(value) or self._decoded(first + number, value)[KEY]
+                        for number, value in enumerate(values)]
+        except lmdb.Error as err:
+            raise self._damaged(first, part["count"], err) from None
+
     def _values(self, txn, first: int, count: int) -> list:
         cursor = txn.cursor()
         if not cursor.set_key(sample_key(first)):
@@ -287,10 +281,6 @@ class Reader(ProcessReader):
                                f"{sample_key(index).decode()} is damaged (it does not decode: "
                                f"{str(err) or type(err).__name__}); restore the file from a "
                                "copy or pack the source again") from None
-
-
-# msgpack refuses damaged bytes with its own errors and, inside maps, with these
-_DECODE_ERRORS = (msgpack.UnpackException, ValueError, TypeError)
 
 
 # python-lmdb opens an environment once per path and process: the readers of one path
@@ -371,6 +361,15 @@ def reader(path: Path, manifest: dict) -> Reader:
 
 def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
     return Reader(path, manifest).read_part(part)
+
+
+def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
+    """A part's keys without its samples' data (what an append checks)."""
+    part_reader = Reader(Path(path), manifest)
+    try:
+        return part_reader.keys(part)
+    finally:
+        part_reader.close()
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:

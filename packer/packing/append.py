@@ -13,6 +13,7 @@ are refused, or with `--on-duplicate skip` left out and listed as skipped. The
 manifest's `appends` records each generation (the original pack is generation 0).
 """
 
+import ctypes
 import json
 import os
 import shutil
@@ -237,6 +238,21 @@ def _copy(source: Path, target: Path) -> None:
             dst.seek(0)
             dst.truncate()
             shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+        _start_writeback(dst.fileno())
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _start_writeback(fd: int) -> None:
+    """Start writing a copy to disk now, without waiting (sync_file_range(2), where the
+    system has it): the fsync before the swap then finds it written while the new
+    samples were packed, not all of it still to write."""
+    start = getattr(_LIBC, "sync_file_range", None)
+    if start is not None:
+        start(fd, ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_uint(_SYNC_FILE_RANGE_WRITE))
 
 
 def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_part):

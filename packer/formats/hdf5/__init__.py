@@ -30,7 +30,7 @@ import msgpack
 from packer.errors import DatasetError
 from packer.formats.hdf5.heaps import check_heaps
 from packer.formats.hdf5.reader import Reader
-from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer
+from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer, dataset_names
 from packer.formats.protocol import (
     READ_ERRORS,
     block_limits,
@@ -40,7 +40,7 @@ from packer.formats.protocol import (
     shared_files,
     swap_in,
 )
-from packer.sample import COLUMNS, RECORDS, SAMPLES, msgpack_default
+from packer.sample import COLUMNS, KEY, RECORDS, SAMPLES, msgpack_default
 from packer.text import plural
 
 NAME = "hdf5"
@@ -96,10 +96,7 @@ def reader(path: Path, manifest: dict) -> Reader:
     file (heaps.py: a damaged heap would hang libhdf5 in C, and the loader's workers with
     it; the check reads the rows' references raw, about 20 ms per 1,000 images)."""
     file = data_files(path, manifest)[0]
-    stat = file.stat()
-    if (str(file), stat.st_mtime_ns, stat.st_size) not in _HEAPS_CHECKED:
-        check_heaps(file)
-        _HEAPS_CHECKED.add((str(file), stat.st_mtime_ns, stat.st_size))
+    _check_heaps_once(file)
     return Reader(file, manifest)
 
 
@@ -109,15 +106,28 @@ def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
 
 
 def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
-    """A part's keys, from the key dataset alone (what an append checks)."""
-    part_reader = reader(path, manifest)
+    """A part's keys, from the key dataset alone, whose heaps alone are checked first
+    (what an append checks: the images are not read)."""
+    file = data_files(path, manifest)[0]
+    _check_heaps_once(file, tuple(filter(None, [dataset_names(manifest)[KEY]])))
+    part_reader = Reader(file, manifest)
     try:
         return part_reader.keys(part["first"], part["count"])
     finally:
         part_reader.close()
 
 
+# (file, mtime, size, the datasets checked: None for all) of the heaps checked
 _HEAPS_CHECKED: set[tuple] = set()
+
+
+def _check_heaps_once(file: Path, names: tuple[str, ...] | None = None) -> None:
+    """check_heaps, once per process and version of the file (and datasets)."""
+    stat = file.stat()
+    version = (str(file), stat.st_mtime_ns, stat.st_size)
+    if (*version, None) not in _HEAPS_CHECKED and (*version, names) not in _HEAPS_CHECKED:
+        check_heaps(file, names)
+        _HEAPS_CHECKED.add((*version, names))
 
 
 def verify_part(path: Path, manifest: dict, part: dict, name: str,

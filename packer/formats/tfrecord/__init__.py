@@ -4,8 +4,10 @@
       manifest.json
       part-000000.tfrecord    records back to back, sample order, nothing between them
       part-000000.tfindex     one line per record: "OFFSET SIZE\\n", as the `tfrecord`
-      part-000001.tfrecord    package's tfrecord2idx writes it (its readers take it)
-      part-000001.tfindex
+                              package's tfrecord2idx writes it (its readers take it)
+      part-000000.tfkeys      the part's keys in record order, a JSON array (what an
+                              append checks; a part packed without one is read whole)
+      part-000001.tfrecord, part-000001.tfindex, part-000001.tfkeys, ...
 
     a record (little-endian)                         its Example's features
     +--------+------------+---------------+------------+   __key__  bytes_list  the key (utf-8)
@@ -26,6 +28,7 @@ record's byte offset.
 """
 
 import hashlib
+import json
 import os
 import struct
 from collections import deque
@@ -68,6 +71,8 @@ READ_ERRORS = protocol.READ_ERRORS  # TFRecordError is a DatasetError
 PART_NAME = "part-{:06d}.tfrecord"
 _HEAD, _CRC = struct.Struct("<QI"), struct.Struct("<I")
 INDEX_SUFFIX = ".tfindex"
+KEYS_SUFFIX = ".tfkeys"
+KEYS_BESIDE_PARTS = True  # the writer gets each sample's key, for the part's .tfkeys
 _REBUILD = ("pack again, or rebuild the index from the part with the tfrecord package's "
             "`tfrecord2idx PART INDEX`")
 SAMPLE_DIGESTS = False  # each part's sha256 covers its samples, each record has its CRCs
@@ -93,12 +98,17 @@ def index_path(part_path: Path) -> Path:
     return part_path.with_suffix(INDEX_SUFFIX)
 
 
+def keys_path(part_path: Path) -> Path:
+    return part_path.with_suffix(KEYS_SUFFIX)
+
+
 class TFRecordWriter(Writer):
-    """Writes part-NNNNNN.tfrecord and its index; a part is a file.
+    """Writes part-NNNNNN.tfrecord, its index and its keys; a part is a file.
 
     Runs of encoded records are hashed and written by a thread (both release the GIL),
     straight from the workers' buffers, as tar shards are; the index is written from
-    the records' lengths when the part closes.
+    the records' lengths when the part closes, and the keys from the chunks' (a part
+    whose keys did not all come with its chunks gets no .tfkeys).
     """
 
     def _begin_part(self, part: dict) -> None:
@@ -106,6 +116,7 @@ class TFRecordWriter(Writer):
         self._file = open(self.folder / part["name"], "wb")  # noqa: SIM115 (closed in _seal_part)
         self._file_digest = hashlib.sha256()
         self._lengths: list[int] = []
+        self._keys: list[str] = []
         self._writes: deque[Future] = deque()
         if not hasattr(self, "_io"):
             self._io = ThreadPoolExecutor(1, thread_name_prefix="tfrecord-writer")
@@ -116,6 +127,9 @@ class TFRecordWriter(Writer):
             self._writes.popleft().result()
         self._writes.append(self._io.submit(_hash_and_write, self._file_digest, self._file, data))
 
+    def _store_keys(self, keys: tuple) -> None:
+        self._keys += keys
+
     def _seal_part(self, part: dict) -> None:
         while self._writes:
             self._writes.popleft().result()
@@ -124,6 +138,8 @@ class TFRecordWriter(Writer):
         starts = [0, *accumulate(self._lengths)][:-1]
         lines = "".join(map("{} {}\n".format, starts, self._lengths))
         index_path(self.folder / part["name"]).write_text(lines)
+        if len(self._keys) == len(self._lengths):
+            keys_path(self.folder / part["name"]).write_text(json.dumps(self._keys))
 
     def truncate(self, count: int) -> None:
         kept = {p["name"] for p in self.parts}
@@ -131,6 +147,7 @@ class TFRecordWriter(Writer):
             if path.name not in kept:
                 path.unlink()
                 index_path(path).unlink(missing_ok=True)
+                keys_path(path).unlink(missing_ok=True)
 
     def finish(self, manifest: dict) -> None:
         if hasattr(self, "_io"):
@@ -266,6 +283,20 @@ def read_part(folder: Path, manifest: dict, part: dict, run: int = 1024) -> Iter
             yield from part_reader.records(part["index"], start, min(run, part["count"] - start))
     finally:
         part_reader.close()
+
+
+def part_keys(folder: Path, manifest: dict, part: dict) -> list[str]:
+    """A part's keys from its .tfkeys (what an append checks); where it has none (a
+    part packed before parts had them) or one that does not list the part's count of
+    keys, from its records, every one read."""
+    try:
+        keys = json.loads(keys_path(Path(folder) / part["name"]).read_text())
+    except (OSError, ValueError):
+        keys = None
+    if isinstance(keys, list) and len(keys) == part["count"] \
+            and all(isinstance(key, str) for key in keys):
+        return keys
+    return [sample[KEY] for sample in read_part(folder, manifest, part)]
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:

@@ -66,7 +66,7 @@ def test_parts_are_byte_identical_for_any_worker_count(image_folder, packed, tmp
     run("pack", image_folder, "--to", "tfrecord", "-o", tmp_path / "j2", "--max-count", "8",
         "-j", "2", "-q")
     files = sorted(p.name for p in packed.glob("part-*"))
-    assert len(files) == 2 * len(manifest_of(packed)["parts"])
+    assert len(files) == 3 * len(manifest_of(packed)["parts"])  # .tfrecord, .tfindex, .tfkeys
     assert all((packed / n).read_bytes() == (tmp_path / "j2" / n).read_bytes() for n in files)
 
 

@@ -1,0 +1,133 @@
+"""How an append finds the keys a dataset holds without reading its samples: LMDB from
+the head of each value, TFRecord from each part's .tfkeys (a part without one read
+whole), HDF5 from the key dataset with only its heaps checked; and LMDB's copy left
+unwritten until the new samples are committed."""
+
+import json
+import shutil
+
+import h5py
+import lmdb
+import pytest
+
+from conftest import class_images, run
+from packer.errors import DatasetError
+from packer.formats import format_module
+from packer.formats.manifests import local_manifest
+from packer.sample import KEY
+
+
+def _keys(out):
+    manifest = local_manifest(out)
+    module = format_module(manifest["format"])
+    return [key for part in manifest["parts"] for key in module.part_keys(out, manifest, part)]
+
+
+def _read_keys(out):
+    manifest = local_manifest(out)
+    module = format_module(manifest["format"])
+    return [s[KEY] for part in manifest["parts"] for s in module.read_part(out, manifest, part)]
+
+
+def test_lmdb_keys_come_from_the_head_of_each_value_not_a_decode(tmp_path, monkeypatch):
+    import packer.formats.lmdb as lmdb_format
+
+    out = tmp_path / "out"
+    run("pack", class_images(tmp_path / "old", 2, 3), "--to", "lmdb", "-o", out, "-q",
+        "--max-count", "4")
+    expected = _read_keys(out)
+    monkeypatch.setattr(lmdb_format, "decode_value", lambda value: pytest.fail("decoded"))
+    assert _keys(out) == expected and len(expected) == 6
+
+
+def test_an_lmdb_value_laid_out_otherwise_is_decoded_whole(tmp_path):
+    import msgpack
+
+    from packer.formats.msgpack_values import value_key
+
+    assert value_key(msgpack.packb({KEY: "a/b", "jpg": b"x" * 9000})) == "a/b"
+    assert value_key(msgpack.packb({KEY: "k" * 300, "cls": 1})) == "k" * 300  # str 16
+    assert value_key(msgpack.packb({"jpg": b"x", KEY: "a/b"})) is None  # the key not first
+    assert value_key(msgpack.packb({KEY: b"a/b"}, use_bin_type=True)) is None  # not a str
+
+
+def test_an_lmdb_append_writes_nothing_to_its_copy_before_the_new_samples(tmp_path):
+    """The copy of data.mdb is not committed to (and so not flushed) before the new
+    samples are: a fresh copy has nothing to truncate; the meta record stays until then,
+    and after the append counts every sample."""
+    from packer.formats.lmdb import META_KEY, LmdbWriter
+
+    out = tmp_path / "out"
+    run("pack", class_images(tmp_path / "old", 2, 3), "--to", "lmdb", "-o", out, "-q")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(out / "data.mdb", copy / "data.mdb")
+    manifest = local_manifest(out)
+    writer = LmdbWriter(copy, {"fields": manifest["fields"], "input_bytes": 0}, 1 << 30, 100)
+    before = writer.env.info()["last_txnid"]
+    assert writer.resume(manifest["parts"]) is None and writer.count == 6
+    assert writer.env.info()["last_txnid"] == before
+    with writer.env.begin() as txn:
+        assert txn.get(META_KEY) is not None
+    writer.env.close()
+    run("pack", class_images(tmp_path / "new", 3, 1), "--append", out, "-q",
+        "--on-duplicate", "skip")
+    env = lmdb.open(str(out), readonly=True, lock=False)
+    with env.begin() as txn:
+        assert json.loads(txn.get(META_KEY))["count"] == 7
+    env.close()
+
+
+def test_tfrecord_keys_come_from_each_part_s_keys_file(tmp_path, monkeypatch):
+    import packer.formats.tfrecord as tfrecord_format
+
+    out = tmp_path / "out"
+    run("pack", class_images(tmp_path / "old", 2, 3), "--to", "tfrecord", "-o", out, "-q",
+        "--max-count", "4")
+    expected = _read_keys(out)
+    assert [json.loads(p.read_text()) for p in sorted(out.glob("*.tfkeys"))] == [
+        expected[:4], expected[4:]]
+    monkeypatch.setattr(tfrecord_format, "read_part", lambda *a: pytest.fail("records read"))
+    assert _keys(out) == expected
+
+
+def test_a_tfrecord_dataset_without_keys_files_is_appended_to_as_before(tmp_path):
+    """A part packed before .tfkeys (or with one that does not match it) is read whole
+    for its keys; the parts an append adds have theirs."""
+    out = tmp_path / "out"
+    run("pack", class_images(tmp_path / "old", 2, 3), "--to", "tfrecord", "-o", out, "-q",
+        "--max-count", "4")
+    (out / "part-000000.tfkeys").unlink()
+    (out / "part-000001.tfkeys").write_text('["c1/001"]')  # lists 1 key of 2
+    new = class_images(tmp_path / "new", 3, 4)
+    refused = run("pack", new, "--append", out, "-q", expect=2)
+    # all 6: c1/002 too, in the part whose .tfkeys is short
+    assert "6 keys" in refused.output and "c0/000" in refused.output
+    run("pack", new, "--append", out, "-q", "--on-duplicate", "skip")
+    manifest = local_manifest(out)
+    assert manifest["count"] == 12 and sorted(_keys(out)) == sorted(_read_keys(out))
+    assert sorted(p.name for p in out.glob("*.tfkeys")) == [
+        "part-000001.tfkeys", "part-000002.tfkeys", "part-000003.tfkeys"]
+    added = [json.loads((out / f"part-00000{i}.tfkeys").read_text()) for i in (2, 3)]
+    assert added[0] + added[1] == _read_keys(out)[6:] and len(added[0]) == 4
+
+
+def test_hdf5_keys_check_only_the_heaps_the_keys_are_in(tmp_path):
+    """A damaged heap of image bytes (which also holds the manifest attribute here, so
+    the manifest is read before) is not walked for the keys."""
+    from packer.formats.hdf5 import part_keys
+    from packer.formats.hdf5.heaps import _heap_addresses, check_heaps
+
+    out = tmp_path / "out.h5"
+    run("pack", class_images(tmp_path / "old", 2, 30), "--to", "hdf5", "-o", out, "-q",
+        "--max-count", "40")
+    manifest, expected = local_manifest(out), _read_keys(out)
+    with h5py.File(out, "r") as file:
+        heap = min(set(_heap_addresses(out, file["jpg"])) - set(_heap_addresses(out, file[KEY])))
+    with open(out, "r+b") as file:
+        file.seek(heap + 16)  # the first object's header: index 0, size 0
+        file.write(bytes(16))
+    with pytest.raises(DatasetError, match=f"offset {heap:,} is damaged"):
+        check_heaps(out)
+    check_heaps(out, (KEY,))  # the keys' heaps are whole
+    assert [k for part in manifest["parts"] for k in part_keys(out, manifest, part)] == expected
