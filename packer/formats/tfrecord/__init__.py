@@ -139,7 +139,9 @@ class TFRecordWriter(Writer):
         lines = "".join(map("{} {}\n".format, starts, self._lengths))
         index_path(self.folder / part["name"]).write_text(lines)
         if len(self._keys) == len(self._lengths):
-            keys_path(self.folder / part["name"]).write_text(json.dumps(self._keys))
+            listed = json.dumps(self._keys).encode()
+            keys_path(self.folder / part["name"]).write_bytes(listed)
+            part["keys_sha256"] = hashlib.sha256(listed).hexdigest()
 
     def truncate(self, count: int) -> None:
         kept = {p["name"] for p in self.parts}
@@ -286,17 +288,25 @@ def read_part(folder: Path, manifest: dict, part: dict, run: int = 1024) -> Iter
 
 
 def part_keys(folder: Path, manifest: dict, part: dict) -> list[str]:
-    """A part's keys from its .tfkeys (what an append checks); where it has none (a
-    part packed before parts had them) or one that does not list the part's count of
-    keys, from its records, every one read."""
-    try:
-        keys = json.loads(keys_path(Path(folder) / part["name"]).read_text())
-    except (OSError, ValueError):
-        keys = None
-    if isinstance(keys, list) and len(keys) == part["count"] \
-            and all(isinstance(key, str) for key in keys):
-        return keys
+    """A part's keys from its .tfkeys (what an append checks), where its sha256 is the
+    manifest's; else (a part packed before parts had one, a damaged one) from its
+    records, every one read."""
+    listed = _listed_keys(Path(folder), part)
+    if listed is not None:
+        keys = json.loads(listed)
+        if isinstance(keys, list) and len(keys) == part["count"] \
+                and all(isinstance(key, str) for key in keys):
+            return keys
     return [sample[KEY] for sample in read_part(folder, manifest, part)]
+
+
+def _listed_keys(folder: Path, part: dict) -> bytes | None:
+    """The part's .tfkeys as stored, if the manifest records its sha256 and it matches."""
+    try:
+        listed = keys_path(folder / part["name"]).read_bytes()
+    except OSError:
+        return None
+    return listed if hashlib.sha256(listed).hexdigest() == part.get("keys_sha256") else None
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:
@@ -312,6 +322,12 @@ def verify_part(path: Path, manifest: dict, part: dict, name: str,
     """The part's size and sha256, and every record read through its index (each
     record's CRCs say where a change is, without the source)."""
     file_problems = part_file_problems(Path(path), part)
+    listed = keys_path(Path(path) / part["name"])
+    if "keys_sha256" in part and listed.exists() and _listed_keys(Path(path), part) is None:
+        file_problems.append(f"{listed.name}: its sha256 is not the manifest's keys_sha256 "
+                             "(the part's keys, which an append checks new keys against); "
+                             "delete it (an append then reads the keys from the records), "
+                             "or pack again")
     problems, seen = sample_problems(read_part(path, manifest, part), part, name, compare,
                                      READ_ERRORS)
     return file_problems + problems, seen

@@ -131,3 +131,18 @@ def test_hdf5_keys_check_only_the_heaps_the_keys_are_in(tmp_path):
         check_heaps(out)
     check_heaps(out, (KEY,))  # the keys' heaps are whole
     assert [k for part in manifest["parts"] for k in part_keys(out, manifest, part)] == expected
+
+
+def test_a_tfrecord_keys_file_with_a_byte_changed_is_not_trusted(tmp_path):
+    """Its sha256 is in the manifest: a key changed in it (the count the same) is read
+    from the records instead, so the duplicate is still refused; verify names the file."""
+    out = tmp_path / "out"
+    old = class_images(tmp_path / "old", 2, 3)
+    run("pack", old, "--to", "tfrecord", "-o", out, "-q", "--max-count", "4")
+    listed = out / "part-000000.tfkeys"
+    listed.write_text(listed.read_text().replace("c0/000", "c0/00X"))
+    assert "c0/000" in _keys(out)
+    refused = run("pack", old, "--append", out, "-q", expect=2)
+    assert "c0/000" in refused.output
+    failed = run("verify", out, expect=1).output
+    assert "part-000000.tfkeys: its sha256 is not the manifest's keys_sha256" in failed
