@@ -203,6 +203,27 @@ def test_a_zeroed_heap_object_in_hdf5_is_named_not_a_hang(packed, tmp_path):
                                                       f"offset {heap:,} is damaged")
 
 
+def test_a_zeroed_heap_object_where_the_manifest_lies_is_named_not_a_hang(packed, tmp_path):
+    """The manifest attribute is a variable-length string, written last: it lies in a
+    heap of image bytes, whose walk hung inspect (and every reader) before the manifest
+    was read. Run apart, so that a hang fails the test."""
+    from packer.formats.hdf5.heaps import _heap_addresses
+
+    dataset = copy_of(packed, "hdf5", tmp_path)
+    with h5py.File(dataset, "r") as file:
+        heaps = sorted(_heap_addresses(dataset, file["jpg"]))
+    where = dataset.read_bytes().find(b'{"format"')
+    heap = max(address for address in heaps if address < where)
+    with open(dataset, "r+b") as file:
+        file.seek(heap + 16)
+        file.write(bytes(16))
+    for command in (["inspect", dataset], ["verify", dataset]):
+        done = subprocess.run([sys.executable, "-m", "packer", *map(str, command)],
+                              capture_output=True, text=True, timeout=120)
+        assert_clean_failure(done, f"heap of variable-length rows at byte offset {heap:,} "
+                                   "is damaged")
+
+
 def test_a_zeroed_heap_object_stops_the_loader_with_its_name_not_a_hang(packed, tmp_path):
     """open_dataset and its DataLoader workers read the same heaps: they are checked
     when the reader opens the file. Run apart, so that a hang fails the test."""

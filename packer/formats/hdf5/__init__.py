@@ -79,8 +79,14 @@ def manifest_in_file(path: Path) -> dict | None:
         return None
     try:
         with h5py.File(path, "r") as file:
-            text = file.attrs.get("packer_manifest")
-    except OSError as err:
+            stored = "packer_manifest" in file.attrs
+            in_heap = stored and file.attrs.get_id("packer_manifest").get_type() \
+                .is_variable_str()
+        if in_heap:  # it may share a heap with the rows: a damaged one would hang the read
+            _check_heaps_once(Path(path))
+        with h5py.File(path, "r") as file:
+            text = file.attrs.get("packer_manifest") if stored else None
+    except (OSError, KeyError, RuntimeError) as err:
         raise DatasetError(f"{path}: cannot open the HDF5 file: {err}") from None
     if text is None:
         return None
