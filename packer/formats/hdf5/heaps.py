@@ -19,6 +19,10 @@ _HEADER = 16  # "GCOL", version, 3 reserved bytes, the heap's size (8 bytes)
 _OBJECT = 16  # index (2), references (2), reserved (4), size (8)
 
 
+class DamagedHeader(DatasetError):
+    """A dataset's object header could not be read, so its heaps were not found."""
+
+
 def check_heaps(path: Path, names: tuple[str, ...] | None = None) -> None:
     """A DatasetError naming the first damaged heap of the file, if any; with `names`,
     of the heaps that those datasets' rows point into (the only ones a read of them
@@ -29,8 +33,8 @@ def check_heaps(path: Path, names: tuple[str, ...] | None = None) -> None:
             datasets = [dataset for dataset in _vlen_datasets(file)
                         if names is None or dataset.name.lstrip("/") in names]
         except (KeyError, RuntimeError, OSError) as err:  # what h5py raises for it
-            raise DatasetError(f"{path}: an HDF5 object header is damaged ({err}); restore "
-                               "the file from a copy or pack the source again") from None
+            raise DamagedHeader(f"{path}: an HDF5 object header is damaged ({err}); restore "
+                                "the file from a copy or pack the source again") from None
         for dataset in datasets:
             addresses.update(_heap_addresses(path, dataset))
     size = os.path.getsize(path)
