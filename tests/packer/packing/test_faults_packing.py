@@ -243,7 +243,7 @@ import os, pathlib, sys, time
 import packer.packing.parallel as parallel
 def slow(pair):
     pathlib.Path(os.environ["PACK_BUSY"]).touch()  # a worker is at work
-    time.sleep(1)
+    time.sleep(5)  # long enough that Ctrl-C lands in it on a loaded machine
     function, item = pair
     return function(item)
 original = parallel.ordered_map
