@@ -239,11 +239,14 @@ def test_a_dump_cut_while_it_is_packed_is_one_message(tmp_path):
 
 
 SLOW_WORKERS = """
-import os, pathlib, sys, time
+import os, pathlib, signal, sys, time
+# Ctrl-C as a terminal's foreground process gets it: a test run in a background job of a
+# script inherits SIGINT ignored, and Python keeps it so
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import packer.packing.parallel as parallel
 def slow(pair):
     pathlib.Path(os.environ["PACK_BUSY"]).touch()  # a worker is at work
-    time.sleep(5)  # long enough that Ctrl-C lands in it on a loaded machine
+    time.sleep(1)
     function, item = pair
     return function(item)
 original = parallel.ordered_map
