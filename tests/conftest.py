@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository
 KILL_AFTER_TWO_PARTS = """
 import os, signal, sys
 import packer.formats.protocol
-import packer.packing.pipeline
-save, calls = packer.packing.pipeline._save_progress, []
+import packer.packing.writing
+save, calls = packer.packing.writing.save_progress, []
 def save_then_die(*args):
     save(*args)
     calls.append(1)
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGKILL)
-packer.packing.pipeline._save_progress = save_then_die
+packer.packing.writing.save_progress = save_then_die
 packer.formats.protocol.BLOCK_COUNT = 3
 from packer.cli import cli
 from packer.formats import FORMAT_NAMES

@@ -26,12 +26,14 @@ from packer.errors import PackerError, Resumable, UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import local_manifest
 from packer.manifest import DIGEST_KEY, MANIFEST_NAME, partial_path, seal, write_json_atomic
+from packer.packing import writing
 from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions, for_source
-from packer.packing.pipeline import PROGRESS_NAME, _save_progress, _setup, _write_samples
+from packer.packing.pipeline import _setup
 from packer.packing.resume import check_unchanged
 from packer.packing.space import disk_full_reported
 from packer.packing.tally import Tally
+from packer.packing.writing import PROGRESS_NAME, write_samples
 from packer.sample import KEY, SAMPLES, restored_path
 from packer.sources import open_source
 from packer.storage.url import is_s3
@@ -137,7 +139,7 @@ def _append_locked(path, out: Path, old: dict, options: PackOptions, on_duplicat
     began = time.perf_counter()
     with disk_full_reported(writer.folder):
         try:
-            _write_samples(source, read_job, writer, tally, setup, options)
+            write_samples(source, read_job, writer, tally, setup, options)
         except Resumable:
             raise
         except PackerError:
@@ -280,7 +282,7 @@ def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_p
     if restarted:
         shutil.rmtree(work, ignore_errors=True)
         raise PackerError(f"{work}: {restarted}; {out} is as before, append again")
-    _save_progress(writer, tally, setup)
+    writing.save_progress(writer, tally, setup)
     return writer, tally
 
 

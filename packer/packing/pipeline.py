@@ -10,37 +10,30 @@ the input's sample count, so a refused resume can say what changed.
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import sys
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from packer.errors import BadInputError, PackerError, Resumable, UsageProblem
+from packer.errors import PackerError, Resumable, UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed
 from packer.manifest import MANIFEST_NAME, partial_path, seal, write_json_atomic
+from packer.packing import writing
 from packer.packing.lock import output_lock
 from packer.packing.options import PackOptions, for_source
-from packer.packing.parallel import engine_map
 from packer.packing.ray_engine import check_cluster
 from packer.packing.resume import check_unchanged
 from packer.packing.sample_log import SampleLog
-from packer.packing.space import check_room, disk_full_reported
+from packer.packing.space import disk_full_reported
 from packer.packing.splits import check_split_options, check_split_source, splits_entry
 from packer.packing.tally import Tally, nothing_packed
-from packer.packing.work import SPOOL_NAME, pack_chunk, unspool
 from packer.sample import COLUMNS, LAYOUT_VERSION, RECORDS, SAMPLES
 from packer.sources import claimed, open_source
 from packer.storage.url import is_s3
 from packer.text import without_addresses
 from packer.version import __version__
-
-PROGRESS_NAME = "progress.json"
-CHUNK = 512  # samples per unit of worker work
-RECORDS_PART_BYTES = 64 << 20  # records of a dump copied per part (the RECORDS shape)
 
 
 def check_paths(source, out: Path, options: PackOptions) -> None:
@@ -115,7 +108,7 @@ def _start(out: Path, source, setup: dict, options: PackOptions, on_part=None):
     """The writer (fresh or resumed) and the tally to continue from; `on_part(folder,
     part)` is called as each part closes."""
     work = partial_path(out)
-    progress_path = work / PROGRESS_NAME
+    progress_path = work / writing.PROGRESS_NAME
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
         check_unchanged(source, setup, progress, work)
@@ -153,140 +146,6 @@ def _on_close(log: SampleLog | None, on_part):
             on_part(folder, part)
 
     return closed
-
-
-def _save_progress(writer, tally: Tally, setup: dict) -> None:
-    write_json_atomic(writer.folder / PROGRESS_NAME, {
-        "fingerprint": setup["fingerprint"], "started_ns": setup["started_ns"],
-        "options": setup["options"], "input": setup["input"],
-        "parts": writer.parts, "tally": asdict(tally)}, sync=False)
-
-
-def _fail_on(entry: dict, root) -> None:
-    raise BadInputError(f"{str(root).rstrip('/')}/{entry['path']}: "
-                        f"{without_addresses(entry['reason'])} "
-                        "(--on-error fail stops at the first bad input; the default, "
-                        "--on-error skip, lists it in the manifest and goes on)")
-
-
-class _NoBar:
-    def update(self, count: int) -> None:
-        pass
-
-    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress_bar(options: PackOptions, **settings):
-    """A tqdm bar, or with -q one that shows nothing (and spares importing tqdm)."""
-    if not options.progress:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(**settings)
-
-
-def _make_room(writer, need: int) -> None:
-    """Room for the next `need` bytes checked, and claimed where the writer must."""
-    check_room(writer.folder, need)
-    writer.reserve(need)
-
-
-def _write_blocks(source, read_job, writer, tally: Tally, setup: dict,
-                  options: PackOptions) -> None:
-    """Column blocks straight into the writer: no per-sample step, one part per block."""
-    def parts():
-        for columns, crc32 in source.blocks(tally.next_input):
-            _make_room(writer, sum(column.nbytes for column in columns.values()))
-            rows = writer.add_block(columns, crc32)
-            tally.add_block(columns)
-            yield rows
-
-    _whole_parts(parts(), source, writer, tally, setup, options)
-
-
-def _write_records(source, read_job, writer, tally: Tally, setup: dict,
-                   options: PackOptions) -> None:
-    """A dump's records copied whole, one part of about RECORDS_PART_BYTES at a time."""
-    import numpy as np  # only dumps come here
-
-    stride = setup["records"]["stride"] or 1
-    part_size = max(1, RECORDS_PART_BYTES // (source.record_dtype.itemsize * stride))
-    sample_bytes = {name: np.dtype(spec["dtype"]).itemsize * int(np.prod(spec.get("shape", [])))
-                    for name, spec in setup["fields"].items()}
-
-    def parts():
-        while tally.next_input < source.count:
-            count = min(part_size, source.count - tally.next_input)
-            _make_room(writer, count * stride * source.record_dtype.itemsize)
-            tally.add_rows(count, sample_bytes, writer.add_records(source, count))
-            yield count
-
-    _whole_parts(parts(), source, writer, tally, setup, options)
-
-
-def _whole_parts(parts, source, writer, tally: Tally, setup: dict,
-                 options: PackOptions) -> None:
-    """Parts the writer stores whole (`parts` yields each one's samples, once stored and
-    counted): the progress saved after each."""
-    bar = _progress_bar(options, total=source.count, initial=tally.next_input, unit="sample",
-                        desc=f"packing to {options.to}", unit_scale=True)
-    for rows in parts:
-        tally.next_input += rows
-        _save_progress(writer, tally, setup)
-        bar.update(rows)
-    bar.close()
-
-
-def _write_samples(source, read_job, writer, tally: Tally, setup: dict,
-                   options: PackOptions) -> None:
-    """Samples read and encoded in the workers (or in this process), stored in order."""
-    start, total = tally.next_input, source.count
-    for stale in writer.folder.glob(SPOOL_NAME + "*"):  # an interrupted run's
-        shutil.rmtree(stale, ignore_errors=True)
-    spool = writer.folder / f"{SPOOL_NAME}-{secrets.token_hex(6)}"  # this run's only
-    spool.mkdir()
-    spooled = options.engine == "local" and options.workers > 1  # Ray's tasks return theirs
-    jobs = ((read_job, job, options.to, str(spool / f"{n:08d}") if spooled else None,
-             setup["transform"], setup["logged"])
-            for n, job in enumerate(source.jobs(start, CHUNK, options.check)))
-    bar = _progress_bar(options, total=total, initial=start, unit="sample",
-                        desc=f"packing to {options.to}", dynamic_ncols=True)
-    with engine_map(options.engine, options.workers, options.address) as parallel_map:
-        _store_chunks(map(unspool, parallel_map(pack_chunk, jobs)), source, writer, tally,
-                      setup, options, bar)
-    bar.close()
-    writer.close_part()
-    spool.rmdir()
-    tally.next_input = total
-
-
-def _store_chunks(chunks, source, writer, tally: Tally, setup: dict, options: PackOptions,
-                  bar) -> None:
-    """The encoded chunks, in order, into the writer; the progress saved at each part."""
-    began, first_bytes = time.perf_counter(), tally.input_bytes
-    index = tally.next_input
-    for chunk in chunks:
-        if chunk.skipped and options.on_error == "fail":
-            _fail_on(next(iter(chunk.skipped.values()))[0], source.path)
-        if setup["log"] is not None:
-            chunk = setup["log"].admit(chunk)
-        _make_room(writer, len(chunk.blob) + writer.pending_bytes())
-        stored = 0
-        while (stored := writer.add_chunk(chunk, stored)) < len(chunk.lengths):
-            next_input = index + chunk.good_positions()[stored]
-            _save_progress(writer, tally.upto(chunk, stored, next_input), setup)
-        tally.add_chunk(chunk)
-        index += chunk.count
-        bar.update(chunk.count)
-        rate = (tally.input_bytes - first_bytes) / 1e6 / (time.perf_counter() - began)
-        bar.set_postfix_str(f"{rate:.1f} MB/s", refresh=False)
-
-
-_WRITE = {SAMPLES: _write_samples, COLUMNS: _write_blocks, RECORDS: _write_records}
 
 
 def _manifest(source, writer, tally: Tally, setup: dict, options: PackOptions) -> dict:
@@ -352,7 +211,7 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
     source, read_job = open_source(path, options)
     check_split_source(source, options)
     if source.scan_skipped and options.on_error == "fail":
-        _fail_on(source.scan_skipped[0], path)
+        writing.fail_on(source.scan_skipped[0], path)
     if not source.count:
         raise PackerError(nothing_packed(path, source.scan_skipped, source.unmatched_labels))
     setup = {**_setup(source, options), "started_ns": started_ns}
@@ -365,7 +224,7 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
     began = time.perf_counter()
     with disk_full_reported(writer.folder):
         try:
-            _WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
+            writing.WRITE[setup["shape"]](source, read_job, writer, tally, setup, options)
         except Resumable:  # the partial output is kept for --resume
             raise
         except PackerError:
@@ -384,9 +243,9 @@ def _pack_locked(path, out: Path, options: PackOptions, on_part, shown=None,
         seal(manifest)
         writer.finish(manifest)
         if record is not None:
-            _save_progress(writer, tally, setup)
-            os.replace(writer.folder / PROGRESS_NAME, record)
-        (writer.folder / PROGRESS_NAME).unlink(missing_ok=True)
+            writing.save_progress(writer, tally, setup)
+            os.replace(writer.folder / writing.PROGRESS_NAME, record)
+        (writer.folder / writing.PROGRESS_NAME).unlink(missing_ok=True)
         if setup["log"] is not None:  # only now: a resume before this needs it
             setup["log"].remove()
         write_json_atomic(writer.folder / MANIFEST_NAME, manifest)

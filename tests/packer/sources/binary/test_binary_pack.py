@@ -160,7 +160,7 @@ def test_hdf5_holds_the_records_readable_with_h5py_alone(tmp_path):
 
 
 def small_parts(monkeypatch, records: int) -> None:
-    from packer.packing import pipeline as packing
+    from packer.packing import writing as packing
 
     monkeypatch.setattr(packing, "RECORDS_PART_BYTES", records * 36)
 
