@@ -11,7 +11,7 @@ import pytest
 import packer
 from conftest import run
 from packer.cli import pack
-from packer.packing import pipeline as packing
+from packer.packing import writing
 from packer.packing.options import EVERY_PACK, pack_option_table
 
 
@@ -150,7 +150,7 @@ def test_tar_shard_bounds_with_another_format_are_a_warning(fmt, image_folder, t
 
 def interrupt(monkeypatch, *args) -> None:
     """Run `packer pack ARGS`, stopped (as by Ctrl-C) after its second saved part."""
-    save, calls = packing._save_progress, []
+    save, calls = writing.save_progress, []
 
     def save_then_stop(*saved):
         save(*saved)
@@ -159,7 +159,7 @@ def interrupt(monkeypatch, *args) -> None:
             raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(packing, "_save_progress", save_then_stop)
+        patch.setattr(writing, "save_progress", save_then_stop)
         run("pack", *args, expect=130)
 
 
