@@ -68,12 +68,12 @@ def inspect_binary(file, as_json, **options):
       packer inspect-binary imu.bin --spec imu.toml --hex --record 100 --records 2
       packer inspect-binary train-images-idx3-ubyte --spec mnist-idx --json
     """
-    from packer.sources.binary.inspect import inspect_binary_file, render_report
+    from packer.sources.binary.report import binary_report, binary_report_text
 
-    report = inspect_binary_file(file, **options)
+    report = binary_report(file, **options)
     if as_json:
         click.echo(json.dumps(report, indent=1, ensure_ascii=False))
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_report(report, color=color), color=color)
+        click.echo(binary_report_text(report, color=color), color=color)
     sys.exit(0 if report["ok"] else 1)

@@ -15,7 +15,7 @@ from packer.cli.options import (
     quiet_option,
     show_progress,
 )
-from packer.cli.report import inspect_text, shards_text, verify_text
+from packer.cli.report import dataset_text, shards_text, verify_text
 from packer.text import plural
 
 
@@ -50,7 +50,7 @@ def inspect(dataset, cache_dir, cache_limit, as_json):
     elif as_json:
         emit_json(manifest_info(manifest, dataset))
     else:
-        click.echo(inspect_text(manifest, dataset))
+        click.echo(dataset_text(manifest, dataset))
 
 
 @click.command()

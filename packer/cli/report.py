@@ -133,7 +133,7 @@ def _labels_lines(manifest: dict) -> list[str]:
     return lines
 
 
-def inspect_text(manifest: dict, path: Path) -> str:
+def dataset_text(manifest: dict, path: Path) -> str:
     total = sum(p["bytes"] for p in manifest["parts"])
     lines = [f"{path}: {manifest['format']}, {plural(manifest['count'], 'sample')}, "
              f"{_mb(total)} in {plural(len(manifest['parts']), 'part')}",

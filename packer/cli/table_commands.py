@@ -25,10 +25,9 @@ def inspect_table(path, sheet, header_row, skip_rows, delimiter, decimal, encodi
       packer inspect-table ./export.xlsx --sheet Results --header-row 3 --json
       packer inspect-table ./data.csv --encoding gbk
     """
-    from packer.sources.tables.inspect import inspect_table as run_inspect
-    from packer.sources.tables.inspect import inspect_text
+    from packer.sources.tables.report import table_report, table_report_text
 
-    report = run_inspect(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
+    report = table_report(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
                          delimiter=delimiter, encoding=encoding, decimal=decimal, rows=rows)
     click.echo(json.dumps(report, indent=1, ensure_ascii=False) if as_json
-               else inspect_text(report))
+               else table_report_text(report))

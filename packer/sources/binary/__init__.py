@@ -15,7 +15,7 @@ binary files.
     source.py            the source: a dump or a folder of binary files, packed
     options.py           BinaryOptions: records, windows, labels; their click options
     compare.py           `packer verify --against`: a dump or a folder, read again
-    inspect.py, hexview.py, overlay.py   what `packer inspect-binary` shows
+    report.py, hexview.py, overlay.py    what `packer inspect-binary` shows
     specs/               worked specs, loadable by name
 
 This `__init__` stays light (the source registry imports it to ask which kind a path

@@ -6,7 +6,7 @@
     stats.py     running per-column count, mean, std, min, max
     source.py    the source: the table checked, spooled and read into samples
     summary.py   what the pack summary says of a table
-    inspect.py   what `packer inspect-table` shows
+    report.py    what `packer inspect-table` shows
     options.py   TableOptions: how a table is read and its columns used; click options
     compare.py   `packer verify --against`: the table's rows against the samples packed
 

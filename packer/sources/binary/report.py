@@ -25,7 +25,7 @@ LEGEND = ("legend: [..] holds one field's bytes (the first 16 of longer ones); "
           "(padding) is padding in the spec; (not in spec) is bytes no field describes")
 
 
-def inspect_binary_file(path: str | Path, spec: str | Path | None = None, *,
+def binary_report(path: str | Path, spec: str | Path | None = None, *,
                         hex_view: bool = False, offset: int | None = None,
                         length: int | None = None, records: int | None = None,
                         record: int | None = None, both_orders: bool = False,
@@ -75,7 +75,7 @@ def spec_report(dump: Dump) -> dict:
             "checks": [asdict(c) for c in dump.checks], "fields": fields, "ok": dump.ok}
 
 
-def render_report(report: dict, color: bool = False) -> str:
+def binary_report_text(report: dict, color: bool = False) -> str:
     """The text view; color adds ANSI colours (only for a terminal)."""
     if report["mode"] == "hex":
         return render_hex_report(report)

@@ -14,7 +14,7 @@ from packer.sources.tables.readers import canon_text, open_table
 CHUNK_ROWS = 1 << 16
 
 
-def inspect_table(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
+def table_report(path: Path, *, sheet=None, header_row=None, skip_rows=0, delimiter=None,
                   encoding=None, decimal=None, rows: int = 5) -> dict:
     table = open_table(path, sheet=sheet, header_row=header_row, skip_rows=skip_rows,
                        delimiter=delimiter, encoding=encoding, decimal=decimal)
@@ -73,7 +73,7 @@ def _shown(value) -> str:
     return value if isinstance(value, str) else f"{value:g}"
 
 
-def inspect_text(report: dict) -> str:
+def table_report_text(report: dict) -> str:
     lines = [f"{report['path']}: {report['format']}, {report['rows']:,} data rows, "
              f"{len(report['columns'])} columns"]
     if report.get("sheets"):
