@@ -22,7 +22,8 @@ from urllib.parse import unquote
 
 KEY = "__key__"
 SIDECAR_FIELDS = frozenset({"json", "txt", "cls"})  # notes on a file of the same stem
-LAYOUT_VERSION = 2  # 2: a binary dump in HDF5 is stored as its records
+LAYOUT_VERSION = 3  # 2: a binary dump in HDF5 is stored as its records; 3: an LMDB append
+# keeps its samples in a file of its own (gen-000001.mdb), which packer 2 would call damaged
 INDEX_KEY = "%010d"  # the key of sample i where its source gives none
 INDEX_KEY_BYTES = INDEX_KEY.encode()
 # Encoded image fields, by extension; and the field of images stored as uint8 pixels

@@ -1,12 +1,15 @@
 """Appending: samples of a new source added to a packed dataset, its parts kept.
 
-The dataset's files are staged in `OUT.partial` (hard links to the files no writer
-changes: tar shards, TFRecord parts, their indexes; a copy of a file written in
-place: LMDB's data.mdb, the HDF5 file), the format's writer resumes after the
-dataset's parts and writes the new samples as new parts (new shards and TFRecord
-parts, new LMDB entries, HDF5 datasets grown), and the whole is swapped in at `OUT`
-as a pack is. A killed append leaves `OUT` as it was and `--resume` finishes it; a
-reader holding the old files open keeps reading the old data.
+The dataset's files are staged in `OUT.partial` (hard links to the files of a
+folder dataset, which no writer changes: tar shards, TFRecord parts and their
+indexes, LMDB's data.mdb and earlier generations' files; a copy of the one HDF5
+file, which keeps its manifest inside and is grown in place), the format's writer
+resumes after the dataset's parts and writes the new samples as new parts (new
+shards and TFRecord parts, an LMDB file of this generation's own, `gen-%06d.mdb`;
+HDF5 datasets grown), and the whole is swapped in at `OUT` as a pack is. The work
+is that of packing the new samples, not of copying the dataset (but for HDF5). A
+killed append leaves `OUT` as it was and `--resume` finishes it; a reader holding
+the old files open keeps reading the old data.
 
 Classes merge by name (a new class gets the next id); keys already in the dataset
 are refused, or with `--on-duplicate skip` left out and listed as skipped. The
@@ -34,14 +37,13 @@ from packer.packing.resume import check_unchanged
 from packer.packing.space import disk_full_reported
 from packer.packing.tally import Tally
 from packer.packing.writing import PROGRESS_NAME, write_samples
-from packer.sample import KEY, SAMPLES, restored_path
+from packer.sample import KEY, LAYOUT_VERSION, SAMPLES, restored_path
 from packer.sources import open_source
 from packer.storage.url import is_s3
 from packer.text import names_text, plural, without_addresses
 
 ON_DUPLICATE = ("error", "skip")
 DUPLICATE_REASON = "its key is already in the dataset (--on-duplicate skip)"
-_COPIED = {"data.mdb"}  # files a writer changes in place: copied, never linked
 _LEFT_OUT = {MANIFEST_NAME, "lock.mdb"}  # rewritten, or made again
 
 
@@ -131,8 +133,7 @@ def _append_locked(path, out: Path, old: dict, options: PackOptions, on_duplicat
     setup.update(fields={n: {k: v for k, v in spec.items() if k not in ("count", "bytes")}
                          for n, spec in old["fields"].items()},
                  classes=classes, key_dataset=old["key_dataset"],
-                 input_bytes=2 * sum(f.stat().st_size  # LMDB's map: room to grow
-                                     for f in format_module(old["format"]).data_files(out, old)),
+                 generation=len(old.get("appends") or []) + 1,  # an LMDB file's name
                  transform=Relabel(setup["transform"], ids, set(duplicates)),
                  started_ns=time.time_ns())
     writer, tally = _start(out, source, setup, old, options, on_part)
@@ -211,18 +212,15 @@ def existing_keys(out: Path, manifest: dict) -> list[str]:
 
 
 def _stage(out: Path, work: Path, fmt: str) -> None:
-    """The dataset's files in `work`: hard links to those no writer changes, copies of
-    those written in place (a reflink where the file system offers one)."""
+    """The dataset's files in `work`: hard links to the files of a folder (no writer
+    changes them), a copy of a one-file dataset (a reflink where the file system
+    offers one)."""
     work.mkdir(parents=True)
     if out.is_file():  # a one-file dataset (HDF5): its writer resumes from a copy
         _copy(out, format_module(fmt).data_files(work, {})[0])
         return
     for item in out.iterdir():
-        if item.name in _LEFT_OUT or not item.is_file():
-            continue
-        if item.name in _COPIED:
-            _copy(item, work / item.name)
-        else:
+        if item.name not in _LEFT_OUT and item.is_file():
             os.link(item, work / item.name)
 
 
@@ -308,7 +306,8 @@ def merged_manifest(old: dict, source, writer, tally: Tally, setup: dict,
              "created": now, "first": old["count"], "count": writer.count - old["count"],
              "skipped": len(skipped)}
     manifest = {key: value for key, value in old.items() if key not in (DIGEST_KEY, "seconds")}
-    manifest.update(count=writer.count, parts=writer.parts, fields=fields,
+    manifest.update(layout_version=LAYOUT_VERSION,  # it may name files an older one lacks
+                    count=writer.count, parts=writer.parts, fields=fields,
                     classes=setup["classes"], class_counts=counts,
                     skipped=sorted(old["skipped"] + skipped, key=lambda e: e["path"]),
                     warnings=sorted(old.get("warnings", []) + tally.warnings,

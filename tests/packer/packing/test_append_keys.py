@@ -1,13 +1,11 @@
 """How an append finds the keys a dataset holds without reading its samples: LMDB from
 the head of each value, TFRecord from each part's .tfkeys (a part without one read
-whole), HDF5 from the key dataset with only its heaps checked; and LMDB's copy left
-unwritten until the new samples are committed."""
+whole), HDF5 from the key dataset with only its heaps checked (an LMDB append's own
+file: test_append_lmdb.py)."""
 
 import json
-import shutil
 
 import h5py
-import lmdb
 import pytest
 
 from conftest import class_images, run
@@ -49,33 +47,6 @@ def test_an_lmdb_value_laid_out_otherwise_is_decoded_whole(tmp_path):
     assert value_key(msgpack.packb({KEY: "k" * 300, "cls": 1})) == "k" * 300  # str 16
     assert value_key(msgpack.packb({"jpg": b"x", KEY: "a/b"})) is None  # the key not first
     assert value_key(msgpack.packb({KEY: b"a/b"}, use_bin_type=True)) is None  # not a str
-
-
-def test_an_lmdb_append_writes_nothing_to_its_copy_before_the_new_samples(tmp_path):
-    """The copy of data.mdb is not committed to (and so not flushed) before the new
-    samples are: a fresh copy has nothing to truncate; the meta record stays until then,
-    and after the append counts every sample."""
-    from packer.formats.lmdb import META_KEY, LmdbWriter
-
-    out = tmp_path / "out"
-    run("pack", class_images(tmp_path / "old", 2, 3), "--to", "lmdb", "-o", out, "-q")
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    shutil.copy(out / "data.mdb", copy / "data.mdb")
-    manifest = local_manifest(out)
-    writer = LmdbWriter(copy, {"fields": manifest["fields"], "input_bytes": 0}, 1 << 30, 100)
-    before = writer.env.info()["last_txnid"]
-    assert writer.resume(manifest["parts"]) is None and writer.count == 6
-    assert writer.env.info()["last_txnid"] == before
-    with writer.env.begin() as txn:
-        assert txn.get(META_KEY) is not None
-    writer.env.close()
-    run("pack", class_images(tmp_path / "new", 3, 1), "--append", out, "-q",
-        "--on-duplicate", "skip")
-    env = lmdb.open(str(out), readonly=True, lock=False)
-    with env.begin() as txn:
-        assert json.loads(txn.get(META_KEY))["count"] == 7
-    env.close()
 
 
 def test_tfrecord_keys_come_from_each_part_s_keys_file(tmp_path, monkeypatch):

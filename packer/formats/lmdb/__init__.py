@@ -1,21 +1,31 @@
-"""LMDB: one environment, one record per sample, no pickles.
+"""LMDB: one environment per generation, one record per sample, no pickles.
 
     OUT/
       manifest.json
       data.mdb, lock.mdb       lmdb.open("OUT", readonly=True, lock=False)
+      gen-000001.mdb           lmdb.open("OUT/gen-000001.mdb", subdir=False, readonly=True,
+      gen-000002.mdb             lock=False): the samples of each append, where there were any
 
-    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY)
+    key b"0000000000" .. b"%010d" % (N - 1)   (sample index, zero-padded: INDEX_KEY), in
+           the file of its generation: data.mdb holds the pack's samples, each gen file an
+           append's (the manifest's parts say which: `"file"`, none for data.mdb)
     value  msgpack map {"__key__": str, "jpg": bytes, ..., "cls": int}; stored pixels
            (rgb.npy, `--encode raw`) come last, so that a reader finds them in place
-    key b"__meta__"  JSON {"count", "classes", "fields", "key_format", "value_encoding"}
+    key b"__meta__"  in each file, JSON {"count", "classes", "fields", "key_format",
+           "value_encoding"} of that file's samples (a gen file's also "first", its first
+           sample's index, and "generation")
 
 Samples of a part are committed in one write transaction. The map starts at the
 size the input needs and doubles whenever LMDB reports it full, so big data never
-fails on a fixed map size.
+fails on a fixed map size. An append never writes data.mdb or an earlier gen file:
+its writer (`setup["generation"]`) makes the generation's own file, so that staging
+the dataset for it takes hard links, not a copy (packer.packing.append). The files'
+environments are opened through packer.formats.lmdb.environments.
 """
 
 import json
 import os
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
 from itertools import islice
@@ -27,12 +37,22 @@ import msgpack
 from packer.errors import DatasetError
 from packer.formats import msgpack_columns, protocol
 from packer.formats.base import ProcessReader, Writer
+from packer.formats.lmdb.environments import (
+    GENERATION_FILE,
+    MAIN_FILE,
+    check_environments,
+    data_path,
+    environment,
+    environment_path,
+    file_names,
+    let_go,
+)
+from packer.formats.lmdb.environments import layout_text as layout_text  # the protocol's
 from packer.formats.msgpack_values import DECODE_ERRORS as _DECODE_ERRORS
 from packer.formats.msgpack_values import InPlace, decode_value, value_key
 from packer.formats.protocol import (
     block_limits,
     no_file_manifest,
-    no_layout_text,
     publish_folder,
     sample_problems,
     shared_files,
@@ -55,12 +75,10 @@ PACK_OPTIONS = frozenset()
 SAMPLE_DIGESTS = True
 PART_KEYS = (("samples_sha256",),)
 READ_ERRORS = (*protocol.READ_ERRORS, msgpack.UnpackException)
-DATA_FILES = ("data.mdb",)
 META_KEY = b"__meta__"
 part_limits = block_limits
 publish = publish_folder
 part_files = shared_files
-layout_text = no_layout_text
 manifest_in_file = no_file_manifest
 
 
@@ -85,8 +103,11 @@ def encode(sample: dict) -> list[bytes]:
 class LmdbWriter(Writer):
     def __init__(self, folder: Path, setup: dict, max_part_bytes: int, max_part_count: int):
         super().__init__(folder, setup, max_part_bytes, max_part_count)
-        self.env = lmdb.open(str(folder), map_size=initial_map_size(setup["input_bytes"]),
-                             subdir=True, meminit=False)
+        generation = setup.get("generation")  # an append's: its own file, lock-free (one
+        self.file = GENERATION_FILE % generation if generation else MAIN_FILE  # writer)
+        self.env = lmdb.open(str(environment_path(folder, self.file)), meminit=False,
+                             map_size=initial_map_size(setup["input_bytes"]),
+                             subdir=self.file == MAIN_FILE, lock=self.file == MAIN_FILE)
         self._pending: list[tuple[bytes, bytes]] = []
 
     def _store_run(self, data: memoryview, lengths: list[int]) -> None:
@@ -96,6 +117,8 @@ class LmdbWriter(Writer):
             offset += length
 
     def _seal_part(self, part: dict) -> None:
+        if self.file != MAIN_FILE:
+            part["file"] = self.file
         self._commit(self._pending)
         self._pending = []
 
@@ -116,8 +139,8 @@ class LmdbWriter(Writer):
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def truncate(self, count: int) -> None:
-        """Delete the samples from `count` on; where there are none (a dataset's copy,
-        appended to), nothing is written: a commit would flush the whole copy now."""
+        """Delete the samples from `count` on; where there are none (a generation's new
+        file), nothing is written."""
         with self.env.begin() as txn:
             cursor = txn.cursor()
             if not cursor.set_range(sample_key(count)) or cursor.key() == META_KEY:
@@ -134,32 +157,54 @@ class LmdbWriter(Writer):
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def finish(self, manifest: dict) -> None:
-        meta = {"count": manifest["count"], "classes": manifest["classes"],
+        """The file's meta record (its own samples'), and the file made durable; a
+        generation's file that got no samples (all skipped) is removed."""
+        parts = [p for p in manifest["parts"] if p.get("file", MAIN_FILE) == self.file]
+        meta = {"count": sum(p["count"] for p in parts), "classes": manifest["classes"],
                 "fields": manifest["fields"], "key_format": INDEX_KEY,
                 "value_encoding": "msgpack"}
+        if self.file != MAIN_FILE:
+            if not parts:
+                self.env.close()
+                (self.folder / self.file).unlink()
+                return
+            meta.update(first=parts[0]["first"], generation=self.setup["generation"])
         self._commit([(META_KEY, json.dumps(meta).encode())])
         self.env.sync(True)
         self.env.close()
 
 
 class Reader(ProcessReader):
-    """Runs of samples by index. The environment is opened with readahead on (off, the
-    usual PyTorch snippet, is much slower on a cold cache)."""
+    """Runs of samples by index, each from the file its part is in. The environments
+    are opened with readahead on (off, the usual PyTorch snippet, is much slower on a
+    cold cache), each when a run first needs it."""
 
     def __init__(self, folder: Path, manifest: dict):
         self.folder, self.firsts = folder, [p["first"] for p in manifest["parts"]]
-        check_environment(folder, manifest["count"])
+        names = file_names(manifest)
+        self.paths = [environment_path(folder, name) for name in names]  # what lmdb opens
+        self.file_of = [names.index(p.get("file", MAIN_FILE)) for p in manifest["parts"]]
+        check_environments(folder, manifest)
 
-    _txn = _in_place = _layout = None  # read_window's transaction and decoders, here
+    _txns = _in_place = _layout = None  # read_window's transactions and decoders, here
 
     def _open_handle(self, inherited):
-        self._txn, self._in_place, self._layout, self._held = None, None, None, deque([[]])
-        return environment(self.folder)  # (never the inherited one: see environment)
+        """This process's environments, one per file, opened by `_env` when first used
+        (never the inherited ones: see environment)."""
+        self._txns = [None] * len(self.paths)
+        self._in_place, self._layout, self._held = None, None, deque([[]])
+        return [None] * len(self.paths)
+
+    def _env(self, file: int):
+        envs = self.handle()
+        if envs[file] is None:
+            envs[file] = environment(self.paths[file])
+        return envs[file]
 
     def read(self, part: int, start: int, count: int) -> list[dict]:
         first = self.firsts[part] + start
         try:  # values seen in the map (buffers), decoded before the transaction ends
-            with self.handle().begin(buffers=True) as txn:
+            with self._env(self.file_of[part]).begin(buffers=True) as txn:
                 values = self._values(txn, first, count)
                 samples = self._decode_all(values, first, decode_value)
                 if values:
@@ -172,15 +217,15 @@ class Reader(ProcessReader):
         """The samples of `runs` (a window of the loader's), as {field name: column}
         where their values share one layout (msgpack_columns), else as a list of
         samples whose `field` may be a memoryview of the memory map (InPlace), valid
-        until `close()`: one read transaction stays open until then. Their pages stay
-        in this process until `next_window` lets them go."""
-        if self._txn is None:
-            self._txn = self.handle().begin(buffers=True)
+        until `close()`: one read transaction per file stays open until then. Their
+        pages stay in this process until `next_window` lets them go."""
+        self.handle()
         values = []
         for run in runs:  # a window's runs lie apart: the one that fails is named
             first = self.firsts[run.part] + run.start
             try:
-                values.append(self._values(self._txn, first, run.count))
+                values.append(self._values(self._txn(self.file_of[run.part]), first,
+                                           run.count))
             except lmdb.Error as err:
                 raise self._damaged(first, run.count, err) from None
         self._held[-1] += [(run[0], run[-1]) for run in values if run]
@@ -195,6 +240,13 @@ class Reader(ProcessReader):
             samples += self._decode_all(run_values, self.firsts[run.part] + run.start,
                                         in_place)
         return samples
+
+    def _txn(self, file: int):
+        """read_window's read transaction of a file, begun when first needed."""
+        txn = self._txns[file]
+        if txn is None:
+            txn = self._txns[file] = self._env(file).begin(buffers=True)
+        return txn
 
     def _columns(self, values: list, field: str) -> dict | None:
         """The window's values as columns, if they all have the layout of the first
@@ -213,16 +265,18 @@ class Reader(ProcessReader):
         self._held.append([])
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            if self._txn is not None:
-                self._txn.abort()
-            if self._handle is not None:
-                let_go(self.folder)
-        self._txn = self._in_place = self._layout = self._handle = self._pid = None
+        if self._pid == os.getpid() and self._handle is not None:
+            for txn in self._txns:
+                if txn is not None:
+                    txn.abort()
+            for path, env in zip(self.paths, self._handle, strict=True):
+                if env is not None:
+                    let_go(path)
+        self._txns = self._in_place = self._layout = self._handle = self._pid = None
         self._held = deque([[]])
 
     def __getstate__(self):
-        return {**super().__getstate__(), "_txn": None, "_in_place": None, "_layout": None,
+        return {**super().__getstate__(), "_txns": None, "_in_place": None, "_layout": None,
                 "_held": deque([[]])}
 
     def keys(self, part: dict) -> list[str]:
@@ -230,7 +284,7 @@ class Reader(ProcessReader):
         rest of the value is neither copied nor decoded."""
         first = part["first"]
         try:
-            with self.handle().begin(buffers=True) as txn:
+            with self._env(self.file_of[part["index"]]).begin(buffers=True) as txn:
                 values = self._values(txn, first, part["count"])
                 return [value_key(value) or self._decoded(first + number, value)[KEY]
                         for number, value in enumerate(values)]
@@ -240,12 +294,16 @@ class Reader(ProcessReader):
     def _values(self, txn, first: int, count: int) -> list:
         cursor = txn.cursor()
         if not cursor.set_key(sample_key(first)):
-            raise DatasetError(f"{self.folder}: sample {first} is missing from the LMDB")
+            raise DatasetError(f"{self._file(first)}: sample {first} is missing from the LMDB")
         values = list(islice(cursor.iternext(keys=False), count))
         if len(values) < count:
-            raise DatasetError(f"{self.folder}: samples {first + len(values)} and on are "
-                               "missing from the LMDB")
+            raise DatasetError(f"{self._file(first)}: samples {first + len(values)} and on "
+                               "are missing from the LMDB")
         return values
+
+    def _file(self, index: int) -> Path:
+        """The data file that holds sample `index` (what a message names)."""
+        return data_path(self.paths[self.file_of[bisect_right(self.firsts, index) - 1]])
 
     def _decode_all(self, values: list, first: int, decode) -> list[dict]:
         try:
@@ -254,105 +312,40 @@ class Reader(ProcessReader):
             return [self._decoded(first + i, v) for i, v in enumerate(values)]
 
     def _damaged(self, first: int, count: int, err: Exception) -> DatasetError:
-        return DatasetError(f"{self.folder / 'data.mdb'}: damaged where samples {first:,} to "
+        return DatasetError(f"{self._file(first)}: damaged where samples {first:,} to "
                             f"{first + count - 1:,} are ({err}); restore it from a copy or "
                             "pack the source again")
 
     def prefetch(self, runs) -> None:
         """Ask the kernel to read ahead the pages the values of `runs` lie on (found
-        through the index pages only; packer.formats.readahead)."""
+        through the index pages only; packer.formats.readahead), in one read
+        transaction per file."""
+        txns = {}
         try:
-            with self.handle().begin(buffers=True) as txn:
-                for run in runs:
-                    first = self.firsts[run.part] + run.start
-                    low = txn.get(sample_key(first))
-                    high = txn.get(sample_key(first + run.count - 1))
-                    if low is not None and high is not None:
-                        mapped_range(low, high)
+            for run in runs:
+                file = self.file_of[run.part]
+                if file not in txns:
+                    txns[file] = self._env(file).begin(buffers=True)
+                first = self.firsts[run.part] + run.start
+                low = txns[file].get(sample_key(first))
+                high = txns[file].get(sample_key(first + run.count - 1))
+                if low is not None and high is not None:
+                    mapped_range(low, high)
         except lmdb.Error:  # the read that follows names the damage
             pass
+        finally:
+            for txn in txns.values():
+                txn.abort()
 
     def _decoded(self, index: int, value: bytes) -> dict:
         """One value decoded, or a DatasetError naming its key (after a failed run)."""
         try:
             return decode_value(value)
         except _DECODE_ERRORS as err:
-            raise DatasetError(f"{self.folder / 'data.mdb'}: the value under key "
+            raise DatasetError(f"{self._file(index)}: the value under key "
                                f"{sample_key(index).decode()} is damaged (it does not decode: "
                                f"{str(err) or type(err).__name__}); restore the file from a "
                                "copy or pack the source again") from None
-
-
-# python-lmdb opens an environment once per path and process: the readers of one path
-# in a process (a training split and its holdout, two loaders) share it, and it closes
-# when the last lets go. {real path: [environment, pid, readers]}
-_OPEN: dict[str, list] = {}
-
-
-def environment(folder: Path):
-    """The read-only environment of `folder` for this process. One inherited across a
-    fork is closed first (it must not be used in the child; read-only and lock-free,
-    closing it is safe) and opened again."""
-    key = os.path.realpath(folder)
-    entry = _OPEN.get(key)
-    if entry is not None and entry[1] != os.getpid():
-        entry[0].close()
-        entry = None
-    if entry is None:
-        entry = _OPEN[key] = [_open_readonly(folder), os.getpid(), 0]
-    entry[2] += 1
-    return entry[0]
-
-
-def let_go(folder: Path) -> None:
-    """One reader of `folder` in this process is done with its environment."""
-    key = os.path.realpath(folder)
-    entry = _OPEN.get(key)
-    if entry is not None and entry[1] == os.getpid():
-        entry[2] -= 1
-        if entry[2] <= 0:
-            del _OPEN[key]
-            entry[0].close()
-
-
-def _open_readonly(folder: Path):
-    try:
-        return lmdb.open(str(folder), readonly=True, lock=False, subdir=True, readahead=True,
-                         max_readers=1)
-    except lmdb.Error as err:
-        if "already open" in str(err):
-            raise DatasetError(
-                f"{folder}: this LMDB is already open in this process (python-lmdb allows "
-                "one environment per path and process, and forked workers inherit it): "
-                "close your own lmdb.open() of it with env.close() before reading it "
-                "through packer") from None
-        raise DatasetError(f"{Path(folder) / 'data.mdb'}: not a readable LMDB environment "
-                           f"({err}); restore it, or pack the source again") from None
-
-
-def check_environment(folder: Path, count: int) -> None:
-    """A DatasetError unless `folder/data.mdb` is as long as LMDB's own meta pages say
-    (a shorter file would kill the reader with SIGBUS when a page past its end is
-    touched) and holds `count` samples besides the meta record."""
-    data = Path(folder) / "data.mdb"
-    if not data.is_file():
-        raise DatasetError(f"{data}: missing; the LMDB dataset {folder} has no data file "
-                           "(restore it, or pack the source again)")
-    env = environment(folder)
-    try:
-        pages_end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-        entries = env.stat()["entries"]
-    finally:
-        let_go(folder)
-    size = os.path.getsize(data)
-    if size < pages_end:
-        raise DatasetError(f"{data}: {size:,} bytes, but LMDB's meta page says its pages end "
-                           f"at byte {pages_end:,}: the file is truncated (a copy cut short "
-                           "or a full disk); restore it, or pack the source again")
-    if entries - 1 != count:
-        raise DatasetError(f"{data}: holds {entries - 1:,} samples, but the manifest says "
-                           f"{count:,}; the manifest does not belong to this data (restore "
-                           "it, or pack the source again)")
 
 
 def reader(path: Path, manifest: dict) -> Reader:
@@ -373,7 +366,8 @@ def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:
-    return [Path(path) / name for name in DATA_FILES]
+    """data.mdb and each generation's file."""
+    return [Path(path) / name for name in file_names(manifest)]
 
 
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
