@@ -95,12 +95,19 @@ def verify(dataset, against, cache_dir, cache_limit, as_json, quiet):
               help="Folder to write the files to.")
 @click.option("--overwrite", is_flag=True,
               help="Replace a non-empty output folder written by an earlier `packer unpack`.")
+@click.option("--no-splits", "no_splits", is_flag=True,
+              help="Write a split dataset's samples together, each under its own path, "
+                   "not in a folder per split (train/cat/0.jpg comes back as cat/0.jpg), "
+                   "e.g. to split the folder again with `packer pack --split`.")
 @cache_options
 @json_option
 @quiet_option
-def unpack(dataset, out, overwrite, cache_dir, cache_limit, as_json, quiet):
+def unpack(dataset, out, overwrite, no_splits, cache_dir, cache_limit, as_json, quiet):
     """Write a packed dataset back to a folder with the original relative paths.
 
+    A dataset split when packed (--split, or its source's train/ val/ test/ folders)
+    comes back with a folder per split, OUTPUT/<split>/<class>/<file>, the layout that
+    `packer pack OUTPUT` reads back into the same splits; --no-splits leaves them out.
     Labels that no path carries (from --labels, a table's label column or a record
     field) go to a labels CSV of filename,label rows. The folder gets a
     .packer-unpack.json marker, so that --overwrite replaces only earlier unpacks.
@@ -113,17 +120,25 @@ def unpack(dataset, out, overwrite, cache_dir, cache_limit, as_json, quiet):
       packer unpack ./images-wds -o ./restored
       packer unpack s3://bucket/images-wds -o ./restored --cache-dir /scratch/c
       packer unpack 's3://bucket/shards/shard-{000000..000003}.tar' -o ./members
+      packer unpack ./split-wds -o ./flat --no-splits
     """
     from packer.datasets.unpack import unpack as run_unpack
 
-    result = run_unpack(dataset, out, overwrite=overwrite, progress=show_progress(quiet),
-                        cache_dir=cache_dir, cache_limit=cache_limit)
+    result = run_unpack(dataset, out, overwrite=overwrite, splits=not no_splits,
+                        progress=show_progress(quiet), cache_dir=cache_dir,
+                        cache_limit=cache_limit)
     if as_json:
         emit_json(result)
     else:
         click.echo(f"unpacked {plural(result['samples'], 'sample')}: "
                    f"{plural(result['files'], 'file')}, "
                    f"{result['bytes'] / 1e6:,.1f} MB into {result['output']}")
+        if result["splits"]:
+            click.echo("splits: " + ", ".join(f"{name}/ {count:,}" for name, count
+                                              in result["splits"].items())
+                       + " (a folder each, as `packer pack` reads them back)")
+        if result["splits_note"]:
+            click.echo(f"note: {result['splits_note']}")
         if result["reencoded"]:
             click.echo(f"note: {result['reencoded']}; they are written as stored, with the "
                        "extension of their stored field")

@@ -2,8 +2,12 @@
 re-encoded when packed (--resize, --encode) are written as stored, with the extension
 of their stored field (`a.png` packed with --encode jpeg comes back as `a.jpg`, raw
 pixels as `a.rgb.npy`; of `a.png` and `a.tif`, packed apart, `a.tif` comes back as
-`a.tif.png` beside `a.png`), and the result says so. Plain WebDataset shards (local or
-s3://) come back as their members, each a file named as in the tar."""
+`a.tif.png` beside `a.png`), and the result says so. A dataset split when packed comes
+back in the split-folder layout that a folder of files is packed from
+(`DEST/<split>/<class>/<file>`, every split's folder made, an empty one too), so that
+packing DEST again gives the same splits; `splits=False` writes the samples without
+them. Plain WebDataset shards (local or s3://) come back as their members, each a file
+named as in the tar."""
 
 import csv
 import io
@@ -11,6 +15,7 @@ import json
 import shutil
 from pathlib import Path, PurePosixPath
 
+import numpy as np
 from tqdm import tqdm
 
 from packer.errors import DatasetError, UsageProblem
@@ -20,6 +25,7 @@ from packer.read.dataset import iter_samples, open_packed, open_parts, plain_sha
 from packer.sample import DISAMBIGUATOR, KEY, field_bytes, restored_path
 from packer.sources.binary.source import AUDIO_FIELD
 from packer.sources.binary.wav import wav_bytes
+from packer.sources.files.scan import SPLIT_FOLDERS, split_folders
 from packer.storage.url import is_s3
 
 MARKER_NAME = ".packer-unpack.json"  # written into every unpack output
@@ -95,19 +101,83 @@ class _Files:
         return rel
 
 
-def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> list:
-    """Every sample's files; returns the labels rows."""
+class SplitLayout:
+    """Which folder each sample goes to: its split's (`train/`), where the dataset was
+    split and the splits are written as folders (`names`, each with its count; "" for a
+    dataset packed from split folders, whose keys begin with them), else the top;
+    `note` says why a dataset's splits are not written as folders, or how to pack
+    unlabelled ones back."""
+
+    def __init__(self, manifest: dict, wanted: bool, dataset):
+        splits = manifest.get("splits")
+        self.names, self.note, self.prefixes, self.numbers = {}, None, [""], None
+        if not splits:
+            return
+        sets = splits["sets"]
+        if not wanted and splits["method"] == "folders":
+            self.note = (f"--no-splits: the split folders {', '.join(sets)} are the first "
+                         "folder of every key (the dataset was packed from them), and stay")
+        elif not wanted:
+            self.note = (f"--no-splits: the samples of the splits {', '.join(sets)} are "
+                         "written together, as if packed without splits")
+        elif not split_folders(list(sets)):
+            self.note = (f"the splits {', '.join(sets)} are written together, not as "
+                         f"folders: `packer pack` takes two or more top folders named "
+                         f"{', '.join(SPLIT_FOLDERS)} for splits, and would take these "
+                         "names for classes")
+        else:
+            self.names = {name: split["count"] for name, split in sets.items()}
+            in_keys = splits["method"] == "folders"
+            self.prefixes = ["" if in_keys else f"{name}/" for name in sets]
+            self.numbers = _split_numbers(manifest, dataset)
+            if layout_label(manifest) is None:
+                self.note = ("the samples have no labels: pack the output again with "
+                             "--unlabelled, or the folders below the split folders are "
+                             "taken for classes (and the files beside them skipped)")
+
+    def folder(self, index: int) -> str:
+        """The folder of sample `index`, "" or ending in /."""
+        return self.prefixes[self.numbers[index] if self.numbers is not None else 0]
+
+    def make(self, work: Path) -> None:
+        """Every split's folder, so that a split that holds no sample is packed again."""
+        for name in self.names:
+            (work / name).mkdir(exist_ok=True)
+
+
+def _split_numbers(manifest: dict, dataset) -> np.ndarray:
+    """The split of each sample, as its number in the manifest's splits. A sample in no
+    split (a manifest that leaves gaps between its splits' ranges; a pack leaves none:
+    --dedupe drops samples before they are split, and an append refuses a split dataset)
+    stops the unpack."""
+    numbers = np.full(manifest["count"], -1, np.int64)
+    for number, split in enumerate(manifest["splits"]["sets"].values()):
+        for first, stop in split["ranges"]:
+            numbers[first:stop] = number
+    outside = np.flatnonzero(numbers < 0)
+    if outside.size:
+        raise DatasetError(f"{dataset}: {outside.size:,} samples are in no split (sample "
+                           f"{outside[0]:,} the first), but the manifest splits the others, "
+                           "and a split-folder layout has no place for them. Pass --no-splits "
+                           "to write every sample without its split")
+    return numbers
+
+
+def _write_samples(samples, manifest: dict, files: _Files, layout: SplitLayout,
+                   progress: bool) -> list:
+    """Every sample's files, in its split's folder; returns the labels rows."""
     label = layout_label(manifest)
     classes = manifest.get("classes") or []
     with_labels = manifest["source"]["labels"] != "folders"
     reencoded = "transform" in manifest
     label_rows = []
     sounds = manifest["source"].get("kind") == "binary-files"
-    for sample in tqdm(samples, total=manifest["count"], unit="sample", disable=not progress,
-                       desc="unpacking"):
-        paths = _write_sound(sample, files) if sounds else []
-        paths += [files.write(_member_path(sample[KEY], field, reencoded), sample[KEY],
-                              value if type(value) is bytes else field_bytes(value))
+    for index, sample in enumerate(tqdm(samples, total=manifest["count"], unit="sample",
+                                        disable=not progress, desc="unpacking")):
+        folder = layout.folder(index)
+        paths = _write_sound(sample, files, folder) if sounds else []
+        paths += [files.write(folder + _member_path(sample[KEY], field, reencoded),
+                              sample[KEY], value if type(value) is bytes else field_bytes(value))
                   for field, value in sample.items() if field not in (KEY, label)]
         if with_labels and label in sample and paths:
             label_rows.append((paths[0], classes[sample[label]] if classes else sample[label]))
@@ -117,17 +187,15 @@ def _write_samples(samples, manifest: dict, files: _Files, progress: bool) -> li
 SOUND_FIELD = "sample.npy"  # a chunked sound's samples (packer/sources/binary/chunks.py)
 
 
-def _write_sound(sample: dict, files: _Files) -> list[str]:
+def _write_sound(sample: dict, files: _Files, folder: str) -> list[str]:
     """A sound packed from a WAV file (its samples and audio.json) written back as a WAV
-    file; its two fields are taken out of `sample`."""
+    file in `folder`; its two fields are taken out of `sample`."""
     header = json.loads(field_bytes(sample.get(AUDIO_FIELD, b"null")) or b"null")
     if not header or header.get("container") != "riff" or SOUND_FIELD not in sample:
         return []
-    import numpy as np
-
     values = np.load(io.BytesIO(field_bytes(sample.pop(SOUND_FIELD))), allow_pickle=False)
     del sample[AUDIO_FIELD]
-    return [files.write(restored_path(sample[KEY], "wav"), sample[KEY],
+    return [files.write(folder + restored_path(sample[KEY], "wav"), sample[KEY],
                         wav_bytes(values, header))]
 
 
@@ -168,12 +236,14 @@ def _opened(dataset, cache_dir, cache_limit) -> tuple[dict | None, object]:
     return open_packed(dataset, cache_dir, cache_limit)[0], None
 
 
-def unpack(dataset, out: Path, *, overwrite: bool = False, progress: bool = True,
-           cache_dir=None, cache_limit=None) -> dict:
-    """Write every sample's files to `out`, and the labels that no path carries to a
-    labels file; returns counts. An s3:// dataset is read through the part cache
-    (`cache_dir`, at most `cache_limit`)."""
+def unpack(dataset, out: Path, *, overwrite: bool = False, splits: bool = True,
+           progress: bool = True, cache_dir=None, cache_limit=None) -> dict:
+    """Write every sample's files to `out` (in its split's folder, where the pack made
+    splits, unless `splits` is False), and the labels that no path carries to a labels
+    file; returns counts. An s3:// dataset is read through the part cache (`cache_dir`,
+    at most `cache_limit`)."""
     manifest, shards = _opened(dataset, cache_dir, cache_limit)
+    layout = SplitLayout(manifest or {}, splits, dataset)
     _check_output(dataset, out, overwrite)
     work = partial_path(out)
     shutil.rmtree(work, ignore_errors=True)
@@ -183,8 +253,9 @@ def unpack(dataset, out: Path, *, overwrite: bool = False, progress: bool = True
         if shards is not None:
             _write_shards(shards, files, progress)
         else:
+            layout.make(work)
             label_rows = _write_samples(iter_samples(dataset, cache_dir, cache_limit),
-                                        manifest, files, progress)
+                                        manifest, files, layout, progress)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -200,4 +271,5 @@ def unpack(dataset, out: Path, *, overwrite: bool = False, progress: bool = True
     work.rename(out)
     return {"output": str(out), "samples": shards.count if shards else manifest["count"],
             "files": files.count, "bytes": files.bytes, "labels_file": labels_file,
+            "splits": layout.names or None, "splits_note": layout.note,
             "reencoded": reencoded_text(manifest) if manifest else None}

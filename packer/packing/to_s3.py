@@ -7,8 +7,11 @@ The pack is written as a local one, into a staging folder in the cache
 
 and each part that is a file of its own (a tar shard, a TFRecord file and its index) is
 uploaded as soon as it is closed, by a background thread (at most UPLOADS_WAITING
-waiting). When the pack is complete, the files not yet in the store are uploaded and
-the manifest last: a dataset whose manifest is in the store is complete, and readers
+waiting), with the files beside it (a shard's saved index, a TFRecord part's .tfkeys:
+the format's `optional_part_files`; an index still being saved when its shard closes
+goes up with the next part). When the pack is complete, the files not yet in the store
+(the last part's) are uploaded and the manifest last, so that the store holds every
+file of a local pack: a dataset whose manifest is in the store is complete, and readers
 refuse a prefix without one. A dataset that is one file (HDF5) is one object at the
 URL, which the store shows only once its upload is complete. Large files go up as
 multipart uploads (boto3's transfer manager). An interrupted run leaves the staging
@@ -144,6 +147,7 @@ class Uploader:
     def __init__(self, target: S3Url, fmt: str):
         self.target, self.module = target, format_module(fmt)
         self.uploaded: set[str] = set()
+        self.beside: list[tuple[Path, str]] = []  # files beside parts, not yet written
         self._waiting: deque[Future] = deque()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-upload")
         self.failure: StorageError | None = None
@@ -159,6 +163,13 @@ class Uploader:
             self._mark_unfinished()
             sha256 = part["sha256"] if name == part.get("name") and "sha256" in part else None
             self._waiting.append(self._pool.submit(self._upload, folder / name, name, sha256))
+        beside = getattr(self.module, "optional_part_files", lambda part: [])(part)
+        waiting, self.beside = self.beside + [(folder, name) for name in beside], []
+        for place, name in waiting:
+            if (place / name).exists():
+                self._waiting.append(self._pool.submit(self._upload, place / name, name, None))
+            else:  # written by the format's thread after the part closed: next time
+                self.beside.append((place, name))
 
     def _mark_unfinished(self) -> None:
         """An object beside the parts that says they are not yet a dataset (so that no

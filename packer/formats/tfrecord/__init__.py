@@ -317,6 +317,12 @@ def part_files(part: dict) -> list[str]:
     return [part["name"], index_path(Path(part["name"])).name]
 
 
+def optional_part_files(part: dict) -> list[str]:
+    """The part's .tfkeys, where the manifest records one: uploaded with the part, and
+    fetched with it from object storage (what verify checks and an append reads)."""
+    return [keys_path(Path(part["name"])).name] if "keys_sha256" in part else []
+
+
 def verify_part(path: Path, manifest: dict, part: dict, name: str,
                 compare) -> tuple[list[str], int]:
     """The part's size and sha256, and every record read through its index (each

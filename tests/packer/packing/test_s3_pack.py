@@ -224,3 +224,58 @@ def test_a_resume_after_a_cut_upload_publishes_only_the_pack_it_continues(s3, im
     local = tmp_path / "local"
     run("pack", images, "-o", local, "--max-count", 2, "-q")
     same_pack(objects(s3, "cut-upload"), local_files(local))
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_the_files_beside_each_part_go_up_with_it(s3, images, tmp_path, monkeypatch, fmt):
+    """A shard's saved index and a TFRecord part's .tfkeys are uploaded as their part
+    closes (or with the next part), not left for the end: in the store before the last
+    part is published, for every part before it."""
+    from packer.packing import to_s3
+
+    in_store_before_publish = {}
+    publish = to_s3.Uploader.publish
+
+    def publish_after_looking(uploader, staged, old):
+        uploader._collect(0)
+        in_store_before_publish.update(objects(s3, fmt))
+        return publish(uploader, staged, old)
+
+    monkeypatch.setattr(to_s3.Uploader, "publish", publish_after_looking)
+    run("pack", images, "--to", fmt, "-o", f"s3://{s3}/{fmt}", "--max-count", MAX_COUNT, "-q")
+    local = tmp_path / "local"
+    run("pack", images, "--to", fmt, "-o", local, "--max-count", MAX_COUNT, "-q")
+    parts = packer.load_manifest(local)["parts"]
+    assert len(parts) == 7
+    suffixes = (".tar", ".idx") if fmt == "webdataset" else (".tfrecord", ".tfindex", ".tfkeys")
+    for part in parts[:-1]:
+        stem = part["name"].rpartition(".")[0]
+        for suffix in suffixes:
+            assert in_store_before_publish[stem + suffix] == (local / (stem + suffix)).read_bytes()
+    assert sorted(objects(s3, fmt)) == sorted(local_files(local))
+
+
+def test_a_remote_tfrecord_datasets_keys_are_read_from_its_tfkeys(s3, images, tmp_path,
+                                                                  monkeypatch):
+    """Verify fetches each part's .tfkeys with it and checks it against the manifest; a
+    local copy of the objects appends with the keys read from them, no record read."""
+    from packer.formats import tfrecord
+
+    url = f"s3://{s3}/tfr"
+    run("pack", images, "--to", "tfrecord", "-o", url, "--max-count", MAX_COUNT, "-q")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name, data in objects(s3, "tfr").items():
+        (copy / name).write_bytes(data)
+    more = tmp_path / "more"
+    (more / "c0").mkdir(parents=True)
+    (more / "c0" / "new.jpg").write_bytes(image_bytes(500))
+    with monkeypatch.context() as patched:
+        patched.setattr(tfrecord, "read_part", lambda *a, **k: pytest.fail("records read"))
+        run("pack", more, "--append", copy, "-q")
+    assert packer.load_manifest(copy)["count"] == 41
+    keys = json.loads(objects(s3, "tfr")["part-000001.tfkeys"])
+    client().put_object(Bucket=s3, Key="tfr/part-000001.tfkeys",
+                        Body=json.dumps(keys[::-1]).encode())
+    result = run("verify", url, "--cache-dir", tmp_path / "cache", expect=1)
+    assert "part-000001.tfkeys: its sha256 is not the manifest's keys_sha256" in result.output
