@@ -16,14 +16,9 @@ from train.cli import cli
 from train.config import TrainConfig
 from train.data import datasets, describe
 from train.inputs import to_inputs
+from train_cli import train
 
 SMALL = ["--image-size", "16", "--batch-size", "8", "--workers", "0"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def pack_folder(root, classes, count=4):

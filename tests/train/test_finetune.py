@@ -14,23 +14,16 @@ import pytest
 import timm
 import torch
 import torchvision
-from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from conftest import colour_images
 from conftest import run as packer_run
 from packer.errors import PackerError
 from train import models, weights
-from train.cli import cli
+from train_cli import train
 
 HF_COMMIT = "0" * 40
 SMALL = ["--image-size", "32", "--batch-size", "8", "--workers", "0", "--lr", "1e-3"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 @pytest.fixture

@@ -13,12 +13,7 @@ from click.testing import CliRunner
 from conftest import COLOURS, FIT_OPTIONS, ROOT, colour_images
 from conftest import run as packer_run
 from train.cli import cli
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
+from train_cli import train
 
 
 def test_fit_reaches_high_validation_accuracy(colours, tmp_path):

@@ -9,11 +9,10 @@ import sys
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from conftest import ROOT, colour_images
 from conftest import run as packer_run
-from train.cli import cli
+from train_cli import train
 
 COMMON = ["--image-size", "16", "--batch-size", "16", "--lr", "3e-3", "--cache", "off"]
 
@@ -28,12 +27,6 @@ def two(tmp_path_factory):
     packer_run("pack", root / "a-images", "-o", root / "a", "--max-count", "20", "-q")
     packer_run("pack", root / "b-images", "--to", "lmdb", "-o", root / "b", "-q")
     return root
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def test_fit_on_two_datasets_mixed_by_weight(two, tmp_path):

@@ -6,14 +6,13 @@ import types
 
 import pytest
 import torch
-from click.testing import CliRunner
 from torch import nn
 
 from conftest import colour_images
 from conftest import run as packer_run
 from packer.errors import PackerError
 from train import models
-from train.cli import cli
+from train_cli import train
 
 
 class TinyNet(nn.Module):
@@ -51,12 +50,6 @@ def images(tmp_path_factory):
     colour_images(root / "images", [(220, 40, 40), (40, 40, 220)], per_class=12, spread=30)
     packer_run("pack", root / "images", "-o", root / "wds", "-q")
     return root / "wds"
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def test_builds_a_torchvision_model_for_images(torchvision):

@@ -3,22 +3,15 @@
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import colour_images
 from conftest import run as packer_run
-from train.cli import cli
 from train.config import TrainConfig
 from train.data import DataInfo
 from train.monitor import choose, progressed, score
+from train_cli import train
 
 COMMON = ["--image-size", "16", "--batch-size", "16", "--workers", "0", "--lr", "3e-3"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def info(task="classify", counts=(50, 50, 50)) -> DataInfo:

@@ -7,22 +7,15 @@ import struct
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from dumps import IMU_RECORD
 
 from conftest import run as packer_run
-from train.cli import cli
 from train.config import TrainConfig
 from train.data import describe
 from train.metrics import strict_json
+from train_cli import train
 
 SMALL = ["--batch-size", "8", "--workers", "0", "--device", "cpu"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def imu_windows(root, bad: dict | None = None):

@@ -5,19 +5,12 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from click.testing import CliRunner
 
 from conftest import image_bytes
 from conftest import run as packer_run
 from train.augment import augment_images, mix
-from train.cli import cli
 from train.losses import FocalLoss
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
+from train_cli import train
 
 
 def test_mixup_mixes_inputs_and_targets_with_one_weight():

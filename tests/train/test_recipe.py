@@ -6,21 +6,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from conftest import image_bytes
 from conftest import run as packer_run
 from train import cache, lr_range, recipe
-from train.cli import cli
 from train.config import TrainConfig
 from train.data import DataInfo, datasets, describe
 from train.models import build
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
+from train_cli import train
 
 
 def packed_images(root, size, count=24):

@@ -13,19 +13,12 @@ from browser import (
     opens_its_detail,
     undecoded_images,
 )
-from click.testing import CliRunner
 
 from conftest import ROOT, colour_images
 from conftest import run as packer_run
-from train.cli import cli
+from train_cli import train
 
 CLASSES = ["c0", "c1", "c2"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 @pytest.fixture(scope="module")

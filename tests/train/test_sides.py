@@ -4,21 +4,14 @@ split and never reads the others; `train evaluate --split` scores one split."""
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from conftest import colour_images
 from conftest import run as packer_run
-from train.cli import cli
+from train_cli import train
 
 COMMON = ["--image-size", "16", "--batch-size", "8", "--workers", "0", "--epochs", "2",
           "--lr", "3e-3"]
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200)]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 def epoch_counts(run) -> tuple[int, int]:

@@ -5,21 +5,14 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from conftest import colour_images
 from conftest import run as packer_run
-from train.cli import cli
 from train.config import TrainConfig
 from train.sides import MAX_HELD_SHARE, fold_held, held_share
+from train_cli import train
 
 QUICK = ["--epochs", "2", "--lr", "3e-3", "--workers", "0", "--image-size", "16"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 @pytest.fixture(scope="module")

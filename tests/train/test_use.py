@@ -7,20 +7,13 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from conftest import colour_images
 from conftest import run as packer_run
 from train import trained as trained_run
-from train.cli import cli
+from train_cli import train
 
 CLASSES = ["c0", "c1", "c2"]
-
-
-def train(*args, expect=0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == expect, result.output
-    return result.output
 
 
 @pytest.fixture(scope="module")

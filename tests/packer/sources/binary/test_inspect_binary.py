@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from packer.cli import cli
 from packer.cli.binary_commands import inspect_binary
 from packer.sources.binary.dump import examine_dump
-from packer.sources.binary.report import binary_report_text
 from packer.sources.binary.overlay import overlay_report
+from packer.sources.binary.report import binary_report_text
 from packer.sources.binary.spec import load_spec
 
 cli.add_command(inspect_binary)
@@ -144,7 +144,8 @@ def test_piped_output_has_no_ansi_codes_and_a_terminal_gets_colours(tmp_path):
         output = run(path, *args).output
         assert "\x1b[" not in output
     report = overlay_report(examine_dump(path, load_spec("imu")))
-    plain, coloured = binary_report_text(report, color=False), binary_report_text(report, color=True)
+    plain = binary_report_text(report, color=False)
+    coloured = binary_report_text(report, color=True)
     assert "legend:" in plain and "[49 4d 55 31]" in plain
     assert "\x1b[" in coloured and "[49 4d 55 31]" not in coloured
 
