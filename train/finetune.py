@@ -7,6 +7,10 @@ statistics too), then the whole network with the backbone at a lower rate.
     image size      the size the weights were trained at (e.g. 224) for images that
                     large or larger; smaller images keep their own size, upscaled only
                     below half of it, where features learned on ImageNet objects fail
+    optimizer       SGD with momentum (AdamW from scratch): Adam's steps are of the rate's
+                    size for every weight, and push the channels whose frozen statistics
+                    have almost no variance far; one epoch after unfreezing, the loss of
+                    a MobileNetV2 on 120 images went from 0.16 to 2.25 under AdamW
     freeze epochs   a fifth of the epochs (at least 1), a third under 50 training samples
                     a class: the new head settles before its gradients reach the backbone
     unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
@@ -100,13 +104,28 @@ def _array_size(config: TrainConfig, info: DataInfo, choices: list) -> list[Choi
     return choices
 
 
+def choose_optimizer(config: TrainConfig) -> list[Choice]:
+    """--optimizer auto: SGD when fine-tuning, else AdamW (not printed: the usual)."""
+    if config.optimizer != "auto":
+        return []
+    if not fine_tuning(config):
+        config.optimizer = "adamw"
+        return []
+    config.optimizer = "sgd"
+    return [Choice("optimizer", "sgd", "fine-tuning: SGD's steps follow the gradient, where "
+                   "Adam's are of the rate's size for every weight, and move the channels whose "
+                   "frozen BatchNorm statistics have almost no variance far enough to wreck the "
+                   "pretrained features")]
+
+
 def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
-    """The fine-tuning recipe once the epochs are known: the frozen epochs, the
-    backbone's rate; nothing when not fine-tuning."""
+    """The fine-tuning recipe once the epochs are known: the optimizer, the frozen
+    epochs, the backbone's rate; when not fine-tuning, the optimizer only."""
+    choices = choose_optimizer(config)
     if not fine_tuning(config):
         config.freeze_epochs = config.freeze_epochs or 0
-        return []
-    choices = [Choice("backbone_lr_scale", config.backbone_lr_scale,
+        return choices
+    choices += [Choice("backbone_lr_scale", config.backbone_lr_scale,
                       "the backbone learns at this share of the head's rate once unfrozen, as "
                       "fastai's fine_tune and Keras's guide do: faster, Adam's steps of the "
                       "rate's size for every weight wreck pretrained features")]

@@ -3,9 +3,12 @@ chosen from the data unless given, and the rule that only a better value of it c
 as progress (a lower loss at the same accuracy still updates best.pt, but does not keep
 a run alive: accuracy 1.0 from epoch 9 with the loss still falling never stopped).
 
-    auto               classification: macro-F1 when the largest class has IMBALANCED
-                       times the samples of the smallest (accuracy rewards ignoring a
-                       rare class), else accuracy; regression: MAE; multi-label: mAP
+    auto               classification: the loss when the validation set holds under
+                       SMALL_VALIDATION samples (its accuracy moves in steps of one
+                       sample's share, and the epoch that got lucky would be kept),
+                       else macro-F1 when the largest class has IMBALANCED times the
+                       samples of the smallest (accuracy rewards ignoring a rare
+                       class), else accuracy; regression: MAE; multi-label: mAP
     macro-f1           the mean F1 of the classes (or labels) the validation data holds
     balanced-accuracy  the mean recall of those classes
     map                multi-label: the mean average precision of those labels
@@ -18,11 +21,13 @@ from train.recipe import Choice
 
 METRICS = ("auto", "accuracy", "macro-f1", "balanced-accuracy", "map", "loss", "mae")
 IMBALANCED = 3.0
+SMALL_VALIDATION = 100
 _CLASSES_ONLY = ("accuracy", "macro-f1", "balanced-accuracy")
 
 
-def choose(config: TrainConfig, info: DataInfo) -> list[Choice]:
-    """Set config.monitor from the data when it is auto; refuse one the task lacks."""
+def choose(config: TrainConfig, info: DataInfo, val_samples: int) -> list[Choice]:
+    """Set config.monitor from the data (and the `val_samples` that will score it) when
+    it is auto; refuse one the task lacks."""
     if config.monitor != "auto":
         if info.task == "regress" and config.monitor in _CLASSES_ONLY:
             raise PackerError(f"--monitor {config.monitor} scores classes, and this is a "
@@ -39,16 +44,21 @@ def choose(config: TrainConfig, info: DataInfo) -> list[Choice]:
                               + ("mae or loss" if info.task == "regress" else
                                  "accuracy, macro-f1, balanced-accuracy or loss"))
         return []
-    config.monitor, why = _from_data(info)
+    config.monitor, why = _from_data(info, val_samples)
     return [Choice("monitor", config.monitor, why)]
 
 
-def _from_data(info: DataInfo) -> tuple[str, str]:
+def _from_data(info: DataInfo, val_samples: int) -> tuple[str, str]:
     if info.task == "regress":
         return "mae", "regression: the mean absolute error, in the target's units"
     if info.task == "multilabel":
         return "map", ("multi-label: the mean average precision of the labels (element-wise "
                        "accuracy would reward predicting no label where labels are rare)")
+    if info.task == "classify" and 0 < val_samples < SMALL_VALIDATION:
+        return "loss", (f"a validation set of {val_samples:,} samples (under "
+                        f"{SMALL_VALIDATION}): its accuracy moves in steps of "
+                        f"{1 / val_samples:.0%}, so the epoch that got lucky would be kept; "
+                        "the loss ranks the epochs finely")
     counts = [n for n in info.class_counts or [] if n > 0]
     if info.task == "classify" and counts and max(counts) >= IMBALANCED * min(counts):
         return "macro-f1", (f"the classes are imbalanced ({max(counts):,} against "

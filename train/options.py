@@ -124,7 +124,9 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
     "cache": (None, "ram: decode the training set once and keep it in memory (uint8 "
                     "images); off; auto: ram when it fits in a third of the available "
                     "memory."),
-    "optimizer": (None, "adamw (default), adam, or sgd with Nesterov momentum."),
+    "optimizer": (None, "adamw, adam, or sgd with Nesterov momentum, e.g. --optimizer sgd; "
+                  "auto: sgd when fine-tuning a pretrained network (--pretrained or "
+                  "--weights), else adamw."),
     "lr": (_AutoOr(_POSITIVE, "auto|LR"), "Base learning rate, e.g. --lr 1e-3; auto: a "
            "short range test on the training data picks it, as lr-find does."),
     "weight_decay": (_AutoOr(click.FloatRange(min=0), "auto|W"), "Weight decay (not applied "
@@ -198,9 +200,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                               "run (feature extraction)."),
     "monitor": (None, "The validation metric that picks best.pt and ends the run early: "
                       "accuracy, macro-f1, balanced-accuracy, map (multi-label), loss or mae, "
-                      "e.g. --monitor macro-f1; auto: macro-F1 when the classes are imbalanced "
-                      "(the largest 3x the smallest), else accuracy; MAE for regression; mAP "
-                      "for multi-label."),
+                      "e.g. --monitor macro-f1; auto: the loss when under 100 samples "
+                      "validate a classifier (their accuracy is too coarse to pick an epoch), "
+                      "else macro-F1 when the classes are imbalanced (the largest 3x the "
+                      "smallest), else accuracy; MAE for regression; mAP for multi-label."),
     "resume": (None, "Continue from OUT/last.pt exactly where it stopped."),
     "deterministic": (None, "Torch's deterministic algorithms (cuDNN's too), so that a GPU "
                             "run gives the same weights for the same --seed, e.g. train fit "

@@ -23,7 +23,8 @@ from train.step import seed_number, set_seed
 
 # a resumed run takes these from its checkpoint
 CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
-          "patience", "norm", "cache", "freeze_epochs", "monitor", "val_split", "time_limit")
+          "patience", "norm", "cache", "freeze_epochs", "monitor", "val_split", "time_limit",
+          "optimizer")
 
 
 @dataclass
@@ -80,7 +81,7 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
     choices += finetune.choose(config, info, total)
-    choices += monitor.choose(config, info)
+    choices += monitor.choose(config, info, getattr(val_set, "total", len(val_set or ())))
     if info.sides and info.sides.train_split and not config.val_split_name:
         config.val_split_name = info.sides.val_split  # a resume reads the same split
         choices.append(recipe.Choice("val_split_name", info.sides.val_split or "none",

@@ -36,6 +36,7 @@ def _prepared(config: TrainConfig, shuffle: bool = True, largest: int | None = N
     info = describe(config)
     recipe.refuse_inapplicable(config, info)
     finetune.prepare_images(config, info)
+    finetune.choose_optimizer(config)
     if recipe.choose_image_size(config, info) and largest:
         side = config.image_size
         if max((side,) if isinstance(side, int) else side) > largest:

@@ -243,6 +243,7 @@ def test_the_recipe_for_a_pretrained_model(colours, hub, tmp_path):
     assert "batchnorm statistics frozen: a batch of 8 a device estimates them worse" in output
     assert "backbone lr scale 0.01" in output and "on the head alone, the backbone frozen" \
         in output
+    assert "optimizer sgd: fine-tuning: SGD's steps follow the gradient" in output
     best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert best["data"]["model_input"]["mean"] == [0.485, 0.456, 0.406]
     assert best["data"]["input_shape"] == [3, 112, 112]

@@ -24,8 +24,21 @@ def info(task="classify", counts=(50, 50, 50)) -> DataInfo:
     ("regress", None, "mae"), ("multilabel", (5, 40, 40), "map")])
 def test_the_metric_comes_from_the_data(task, counts, chosen):
     config = TrainConfig(data="d")
-    [choice] = choose(config, info(task, counts))
+    [choice] = choose(config, info(task, counts), 150)
     assert config.monitor == chosen and choice.value == chosen
+
+
+@pytest.mark.parametrize("task, counts, val_samples, chosen", [
+    ("classify", (50, 50, 50), 30, "loss"), ("classify", (100, 90, 10), 99, "loss"),
+    ("classify", (50, 50, 50), 100, "accuracy"), ("regress", None, 30, "mae"),
+    ("multilabel", (5, 40, 40), 30, "map")])
+def test_a_small_validation_set_monitors_the_loss(task, counts, val_samples, chosen):
+    config = TrainConfig(data="d")
+    [choice] = choose(config, info(task, counts), val_samples)
+    assert config.monitor == chosen
+    if chosen == "loss":
+        assert f"a validation set of {val_samples} samples" in choice.why
+        assert f"steps of {1 / val_samples:.0%}" in choice.why
 
 
 def test_macro_f1_and_balanced_accuracy_leave_out_classes_without_samples():
@@ -64,7 +77,7 @@ def test_early_stopping_ends_a_run_whose_accuracy_stays_perfect(easy, tmp_path):
     """Accuracy 1.0 early with the loss still falling kept 'improving' on the loss
     tie-break, so a run never stopped early."""
     output = train("fit", easy / "wds", "--out", tmp_path / "run", "--epochs", "14",
-                   "--patience", "2", "--val-split", "0.3", *COMMON)
+                   "--patience", "2", "--val-split", "0.3", "--monitor", "accuracy", *COMMON)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     accuracy = [json.loads(line)["val"]["accuracy"]
                 for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

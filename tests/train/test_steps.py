@@ -54,7 +54,7 @@ def test_the_average_of_the_weights_is_validated_and_saved(table, tmp_path):
     out = tmp_path / "ema"
     options = [o if o != "0" or i != 1 else "0.25" for i, o in enumerate(FIXED)]  # a split
     said = train("fit", table, "--out", out, "--batch-size", "16", "--ema", "--ema-decay",
-                 "0.9", *options)
+                 "0.9", "--monitor", "accuracy", *options)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(0 <= r["val_ema"]["accuracy"] <= 1 and r["val_ema"]["samples"] == 32
                for r in records)
