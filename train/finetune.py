@@ -14,9 +14,10 @@ statistics too), then the whole network with the backbone at a lower rate.
     freeze epochs   a fifth of the epochs (at least 1), a third under 50 training samples
                     a class: the new head settles before its gradients reach the backbone
     unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
-                    state starts empty); with a batch under 16 a device its BatchNorm
-                    statistics stay frozen the whole run (ImageNet's estimate beats the
-                    batch's)
+                    state starts empty); its BatchNorm statistics stay frozen the whole
+                    run (switched to each batch's own, they change at once the features
+                    the head learned: on 30% of digits the training loss of the first
+                    unfrozen epoch went from 0.42 to 1.92)
 """
 
 import math
@@ -28,7 +29,7 @@ from packer.errors import PackerError
 from train import pretrained
 from train.config import TrainConfig
 from train.data import DataInfo, image_sizes
-from train.recipe import GROUP_NORM_BELOW, Choice, image_size
+from train.recipe import Choice, image_size
 from train.schedule import lr_factor
 
 FEW_PER_CLASS = 50
@@ -129,10 +130,11 @@ def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
                       "the backbone learns at this share of the head's rate once unfrozen, as "
                       "fastai's fine_tune and Keras's guide do: faster, Adam's steps of the "
                       "rate's size for every weight wreck pretrained features")]
-    if frozen_statistics(config):
-        choices.append(Choice("batchnorm", "statistics frozen", f"a batch of "
-                              f"{config.batch_size} a device estimates them worse than the "
-                              f"pretrained ones (under {GROUP_NORM_BELOW})"))
+    choices.append(Choice("batchnorm", "statistics frozen", "the backbone's BatchNorm "
+                          "layers keep their pretrained statistics the whole run, as Keras's "
+                          "transfer-learning guide keeps them: switched to each batch's own "
+                          "when the backbone unfreezes, they change at once the features the "
+                          "head learned"))
     if config.freeze_backbone:
         config.freeze_epochs = config.epochs
         return [Choice("freeze_epochs", config.epochs, "--freeze-backbone: the head alone "
@@ -185,15 +187,12 @@ def enter_epoch(run, epoch: int, first: bool = True) -> str | None:
             f"{run.config.backbone_lr_scale:g} of the head's rate")
 
 
-def frozen_statistics(config: TrainConfig) -> bool:
-    """Whether a pretrained backbone's BatchNorm statistics stay as they are all along."""
-    return fine_tuning(config) and config.batch_size < GROUP_NORM_BELOW
 
 
 def train_mode(run) -> None:
     """model.train(), but a frozen backbone's BatchNorm layers keep their statistics."""
     run.model.train()
-    if not run.frozen and not frozen_statistics(run.config):
+    if not fine_tuning(run.config):
         return
     model = run.model.module if run.world > 1 else run.model
     head = pretrained.head(model)
