@@ -148,6 +148,7 @@ class Uploader:
         self.target, self.module = target, format_module(fmt)
         self.uploaded: set[str] = set()
         self.beside: list[tuple[Path, str]] = []  # files beside parts, not yet written
+        self.uploaded_beside: set[str] = set()  # checked again at publish (see there)
         self._waiting: deque[Future] = deque()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="packer-upload")
         self.failure: StorageError | None = None
@@ -167,6 +168,7 @@ class Uploader:
         waiting, self.beside = self.beside + [(folder, name) for name in beside], []
         for place, name in waiting:
             if (place / name).exists():
+                self.uploaded_beside.add(name)
                 self._waiting.append(self._pool.submit(self._upload, place / name, name, None))
             else:  # written by the format's thread after the part closed: next time
                 self.beside.append((place, name))
@@ -207,9 +209,10 @@ class Uploader:
                        if p.is_file() and p.name != MANIFEST_NAME)
         stored = client.list_objects(self.target)
         self._mark_unfinished()
-        for name in names:
-            if name not in self.uploaded and not _same(staged / name, self.target.child(name),
-                                                      stored.get(name)):
+        for name in names:  # a file beside a part may have been one an interrupted run left,
+            # sent before this run's own replaced it: it is compared again
+            fresh = name in self.uploaded and name not in self.uploaded_beside
+            if not fresh and not _same(staged / name, self.target.child(name), stored.get(name)):
                 client.upload(staged / name, self.target.child(name), file_sha256(staged / name))
         client.upload(staged / MANIFEST_NAME, self.target.child(MANIFEST_NAME),
                       file_sha256(staged / MANIFEST_NAME))
