@@ -190,7 +190,8 @@ def enter_epoch(run, epoch: int, first: bool = True) -> str | None:
 
 
 def train_mode(run) -> None:
-    """model.train(), but a frozen backbone's BatchNorm layers keep their statistics."""
+    """model.train(), but when fine-tuning the backbone's BatchNorm layers keep their
+    statistics, the whole run."""
     run.model.train()
     if not fine_tuning(run.config):
         return

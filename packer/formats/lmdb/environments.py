@@ -112,7 +112,7 @@ def check_environments(folder: Path, manifest: dict) -> None:
 
 def _check_file(folder: Path, name: str, count: int) -> None:
     path = environment_path(folder, name)
-    data = data_path(path) if name == MAIN_FILE else path
+    data = data_path(path)
     if not data.is_file():
         raise DatasetError(f"{data}: missing; the LMDB dataset {folder} has no such data "
                            "file (restore it, or pack the source again)")
