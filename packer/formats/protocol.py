@@ -181,7 +181,7 @@ def swap_in(new: Path, out: Path) -> None:
             out.rename(old)
         new.rename(out)
         remove(old)
-    _sync(out.parent)
+    sync(out.parent)
 
 
 def _exchange(first: Path, second: Path) -> bool:
@@ -201,10 +201,11 @@ def _exchange(first: Path, second: Path) -> bool:
 def _sync_tree(path: Path) -> None:
     paths = [path] if path.is_file() else [*path.rglob("*"), path]
     for item in paths:
-        _sync(item)
+        sync(item)
 
 
-def _sync(path: Path) -> None:
+def sync(path: Path) -> None:
+    """fsync a file or a folder (its entries)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -2,21 +2,19 @@
 
 The dataset's files are staged in `OUT.partial` (hard links to the files of a
 folder dataset, which no writer changes: tar shards, TFRecord parts and their
-indexes, LMDB's data.mdb and earlier generations' files; a copy of the one HDF5
-file, which keeps its manifest inside and is grown in place), the format's writer
+indexes, LMDB's data.mdb and earlier generations' files), the format's writer
 resumes after the dataset's parts and writes the new samples as new parts (new
 shards and TFRecord parts, an LMDB file of this generation's own, `gen-%06d.mdb`;
-HDF5 datasets grown), and the whole is swapped in at `OUT` as a pack is. The work
-is that of packing the new samples, not of copying the dataset (but for HDF5). A
-killed append leaves `OUT` as it was and `--resume` finishes it; a reader holding
-the old files open keeps reading the old data.
+an HDF5 file of its own beside an index file, hdf5/generations.py), and the whole
+is swapped in at `OUT` as a pack is. The work is that of packing the new samples,
+not of copying the dataset. A killed append leaves `OUT` as it was and `--resume`
+finishes it; a reader holding the old files open keeps reading the old data.
 
 Classes merge by name (a new class gets the next id); keys already in the dataset
 are refused, or with `--on-duplicate skip` left out and listed as skipped. The
 manifest's `appends` records each generation (the original pack is generation 0).
 """
 
-import ctypes
 import json
 import os
 import shutil
@@ -133,7 +131,8 @@ def _append_locked(path, out: Path, old: dict, options: PackOptions, on_duplicat
     setup.update(fields={n: {k: v for k, v in spec.items() if k not in ("count", "bytes")}
                          for n, spec in old["fields"].items()},
                  classes=classes, key_dataset=old["key_dataset"],
-                 generation=len(old.get("appends") or []) + 1,  # an LMDB file's name
+                 generation=len(old.get("appends") or []) + 1,  # its file's name
+                 dataset_name=out.name,  # an HDF5 generation file is named after it
                  transform=Relabel(setup["transform"], ids, set(duplicates)),
                  started_ns=time.time_ns())
     writer, tally = _start(out, source, setup, old, options, on_part)
@@ -211,48 +210,15 @@ def existing_keys(out: Path, manifest: dict) -> list[str]:
             for sample in module.read_part(out, manifest, part)]
 
 
-def _stage(out: Path, work: Path, fmt: str) -> None:
+def _stage(out: Path, work: Path) -> None:
     """The dataset's files in `work`: hard links to the files of a folder (no writer
-    changes them), a copy of a one-file dataset (a reflink where the file system
-    offers one)."""
+    changes them); nothing of a one-file dataset (HDF5), whose append writes a file of
+    its own."""
     work.mkdir(parents=True)
-    if out.is_file():  # a one-file dataset (HDF5): its writer resumes from a copy
-        _copy(out, format_module(fmt).data_files(work, {})[0])
-        return
-    for item in out.iterdir():
-        if item.name not in _LEFT_OUT and item.is_file():
-            os.link(item, work / item.name)
-
-
-def _copy(source: Path, target: Path) -> None:
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        try:
-            left = os.fstat(src.fileno()).st_size
-            while left > 0:
-                done = os.copy_file_range(src.fileno(), dst.fileno(), left)
-                if done == 0:
-                    break
-                left -= done
-        except OSError:
-            src.seek(0)
-            dst.seek(0)
-            dst.truncate()
-            shutil.copyfileobj(src, dst, 1 << 20)
-            dst.flush()
-        _start_writeback(dst.fileno())
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _start_writeback(fd: int) -> None:
-    """Start writing a copy to disk now, without waiting (sync_file_range(2), where the
-    system has it): the fsync before the swap then finds it written while the new
-    samples were packed, not all of it still to write."""
-    start = getattr(_LIBC, "sync_file_range", None)
-    if start is not None:
-        start(fd, ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_uint(_SYNC_FILE_RANGE_WRITE))
+    if out.is_dir():
+        for item in out.iterdir():
+            if item.name not in _LEFT_OUT and item.is_file():
+                os.link(item, work / item.name)
 
 
 def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_part):
@@ -269,8 +235,7 @@ def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_p
                            f"continue it, or delete it to start over ({out} is as before)")
     else:
         shutil.rmtree(work, ignore_errors=True)
-        _stage(out, work, old["format"])
-        setup["in_place"] = True  # a clean copy: HDF5 grows it, not a copy of its rows
+        _stage(out, work)
         parts = old["parts"]
         tally = Tally(class_counts=[0] * len(setup["classes"] or []))
     module = format_module(old["format"])

@@ -187,6 +187,17 @@ class RemoteParts:
             raise DatasetError(f"{self.url}: an object, but not a packed dataset (no "
                                "format finds its manifest in it)")
         check_manifest(self.manifest, self.url)
+        beside = getattr(self.module, "files_beside", lambda name, manifest: [])
+        self.shared += [self._beside(name) for name in beside(self.url.name, self.manifest)]
+
+    def _beside(self, name: str) -> File:
+        """An object beside the dataset's one (an appended HDF5 file's generations)."""
+        url = self.url.sibling(name)
+        found = client.head(url)
+        if found is None:
+            raise DatasetError(f"{url}: missing; the dataset {self.url} names it (restore "
+                               "it, or upload it beside the dataset)")
+        return File(name, url, *found)
 
     def _open_shards(self, urls: list[S3Url], listing: dict | None = None) -> None:
         """Plain WebDataset shards (`listing`: of the prefix `self.url`, when listed):
@@ -248,7 +259,7 @@ class RemoteParts:
     def shared_path(self, held: list) -> Path:
         """What a format reads a dataset of shared files from: the one file, or the
         cache folder that holds them."""
-        one_file = len(self.shared) == 1 and self.shared[0].url == self.url
+        one_file = self.shared[0].url == self.url  # and any files beside it
         return held[0].path if one_file else held[0].path.parent
 
     @contextmanager

@@ -26,6 +26,11 @@ class S3Url:
         """The object `name` under this prefix."""
         return S3Url(self.bucket, f"{self.key}/{name}" if self.key else name)
 
+    def sibling(self, name: str) -> "S3Url":
+        """The object `name` beside this one (under the same prefix)."""
+        folder = self.key.rpartition("/")[0]
+        return S3Url(self.bucket, f"{folder}/{name}" if folder else name)
+
     @property
     def name(self) -> str:
         """The last part of the key: what a local copy is called."""

@@ -17,7 +17,8 @@ The file is written as OUT.partial/data.h5 (beside the progress of a resumable r
 and renamed to OUT when complete. Datasets packed before the file was the dataset are
 folders, OUT/manifest.json and OUT/data.h5, and read as well. A part is a block of
 samples flushed together (writer.py); parts written as columns (tables) or as records
-(dumps) are checked whole, by CRC-32 (reader.py).
+(dumps) are checked whole, by CRC-32 (reader.py). An appended dataset is an index file
+at OUT over generation files beside it (generations.py).
 """
 
 import json
@@ -29,6 +30,13 @@ import h5py
 import msgpack
 
 from packer.errors import DatasetError
+from packer.formats.hdf5.generations import (
+    INDEX_NAME,
+    files_and_rows,
+    publish_append,
+    remove_generations,
+    uses_generations,
+)
 from packer.formats.hdf5.heaps import DamagedHeader, check_heaps
 from packer.formats.hdf5.reader import Reader
 from packer.formats.hdf5.writer import FILE_NAME, Hdf5Writer, dataset_names
@@ -62,16 +70,32 @@ def encode(sample: dict) -> list[bytes]:
 
 
 def data_files(path: Path, manifest: dict) -> list[Path]:
-    """The file itself, or in a dataset packed as a folder its data.h5."""
+    """The file itself, or in a dataset packed as a folder its data.h5; for an appended
+    one, its index and each generation's file."""
     path = Path(path)
-    return [path if path.is_file() else path / FILE_NAME]
+    if not path.is_file():
+        return [path / FILE_NAME]
+    files = [*files_and_rows(path, manifest)] if manifest.get("parts") else []
+    return [path, *(file for file in files if file != path)]
+
+
+def files_beside(name: str, manifest: dict) -> list[str]:
+    """The names of the files that the dataset file `name` reads beside it: an appended
+    dataset's generation files."""
+    return [file.name for file in files_and_rows(Path(name), manifest)
+            if uses_generations(manifest)]
 
 
 def publish(work: Path, out: Path) -> None:
     """The finished file (its manifest is in its attributes) renamed to `out`,
-    replacing an old dataset (a file, or a folder of the older layout) in one step."""
+    replacing an old dataset (a file, or a folder of the older layout) in one step;
+    an append's index and generation file put in place (generations.py)."""
+    if (work / INDEX_NAME).exists():
+        publish_append(work, work / FILE_NAME, out)
+        return
     swap_in(work / FILE_NAME, out)
     remove(work)
+    remove_generations(out)  # those of an appended dataset packed again
 
 
 def manifest_in_file(path: Path) -> dict | None:
@@ -100,12 +124,14 @@ def manifest_in_file(path: Path) -> dict | None:
 
 
 def reader(path: Path, manifest: dict) -> Reader:
-    """The file's reader, its heaps checked first, once per process and version of the
-    file (heaps.py: a damaged heap would hang libhdf5 in C, and the loader's workers with
-    it; the check reads the rows' references raw, about 20 ms per 1,000 images)."""
-    file = data_files(path, manifest)[0]
-    _check_heaps_once(file)
-    return Reader(file, manifest)
+    """The file's reader, its heaps checked first (each generation file's), once per
+    process and version of the file (heaps.py: a damaged heap would hang libhdf5 in C,
+    and the loader's workers with it; the check reads the rows' references raw, about
+    20 ms per 1,000 images)."""
+    files = data_files(path, manifest)
+    for file in files:
+        _check_heaps_once(file)
+    return Reader(files[0], manifest)
 
 
 def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
@@ -116,11 +142,12 @@ def read_part(path: Path, manifest: dict, part: dict) -> Iterator[dict]:
 def part_keys(path: Path, manifest: dict, part: dict) -> list[str]:
     """A part's keys, from the key dataset alone, whose heaps alone are checked first
     (what an append checks: the images are not read)."""
-    file = data_files(path, manifest)[0]
-    _check_heaps_once(file, tuple(filter(None, [dataset_names(manifest)[KEY]])))
-    part_reader = Reader(file, manifest)
+    files = data_files(path, manifest)
+    for file in files:
+        _check_heaps_once(file, tuple(filter(None, [dataset_names(manifest)[KEY]])))
+    part_reader = Reader(files[0], manifest)
     try:
-        return part_reader.keys(part["first"], part["count"])
+        return part_reader.keys(part["index"], 0, part["count"])
     finally:
         part_reader.close()
 

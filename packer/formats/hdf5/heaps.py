@@ -27,7 +27,12 @@ def check_heaps(path: Path, names: tuple[str, ...] | None = None) -> None:
     """A DatasetError naming the first damaged heap of the file, if any; with `names`,
     of the heaps that those datasets' rows point into (the only ones a read of them
     walks)."""
-    with h5py.File(path, "r") as file:
+    try:
+        file = h5py.File(path, "r")
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot open the HDF5 file ({err}); restore it from a "
+                           "copy or pack the source again") from None
+    with file:
         addresses = set()
         try:
             datasets = [dataset for dataset in _vlen_datasets(file)

@@ -20,6 +20,7 @@ from isal.isal_zlib import crc32
 
 from packer.errors import DatasetError, PackerError
 from packer.formats.base import CannotResume, Writer
+from packer.formats.hdf5.generations import INDEX_NAME, generation_name, write_index
 from packer.sample import KEY
 
 FILE_NAME = "data.h5"  # the file in the folder a pack writes
@@ -70,8 +71,10 @@ class Hdf5Writer(Writer):
         super().__init__(folder, setup, max_part_bytes, max_part_count)
         path, self.records = folder / FILE_NAME, setup.get("records")
         self.interrupted = folder / INTERRUPTED_NAME
-        in_place = setup.get("in_place")  # a whole dataset's copy, grown (an append)
-        if path.exists() and not self.records and not in_place:  # a resumed run: truncate
+        # an append's rows go to a file of their own, its generation's (generations.py)
+        self.generation_file = (generation_name(setup["dataset_name"], setup["generation"])
+                                if setup.get("generation") else None)
+        if path.exists() and not self.records:  # a resumed run: truncate
             if self.interrupted.exists():  # left by a resume stopped while copying
                 path.unlink()
             else:
@@ -89,8 +92,6 @@ class Hdf5Writer(Writer):
             self._fd = self._open_records()
         elif self.names[self.columns[0]] not in self.file:
             self._create()
-        if in_place:
-            self.file.attrs["classes"] = setup.get("classes") or []
 
     def _dataset(self, name: str) -> h5py.Dataset:
         """The field's dataset, opened once for all the writes."""
@@ -223,6 +224,8 @@ class Hdf5Writer(Writer):
     def _seal_part(self, part: dict) -> None:
         self._flush_buffer()
         self.file.flush()
+        if self.generation_file:
+            part["file"] = self.generation_file
 
     def truncate(self, count: int) -> None:
         """Continue an interrupted run after its first `count` rows. HDF5 does not keep
@@ -233,11 +236,13 @@ class Hdf5Writer(Writer):
         allocated when created and written outside HDF5) need nothing."""
         if self.records or not self.interrupted.exists():
             return
+        # an append's file holds its own parts' rows alone, from row 0
+        rows = sum(p["count"] for p in self.parts if p.get("file") == self.generation_file)
         try:
             _extend_allocation(self.interrupted)
             with h5py.File(self.interrupted, "r") as interrupted:
                 for name in self.columns:
-                    self._copy_rows(interrupted[self.names[name]], self._dataset(name), count)
+                    self._copy_rows(interrupted[self.names[name]], self._dataset(name), rows)
         except (OSError, RuntimeError, ValueError, KeyError) as err:
             self._start_over()
             raise CannotResume(f"the interrupted run's HDF5 file cannot be read back "
@@ -263,12 +268,24 @@ class Hdf5Writer(Writer):
             target.write_direct(source[start:stop], dest_sel=np.s_[start:stop])
 
     def finish(self, manifest: dict) -> None:
+        """The manifest into the file's attributes; an append's into its index file
+        instead, beside its generation's file (none where all its inputs were skipped)."""
         if self.records:
             os.close(self._fd)
-        self.file.attrs["packer_manifest"] = json.dumps(manifest)
+        if self.generation_file:
+            datasets = {self.names[name]: (self._dataset(name).dtype,
+                                           self._dataset(name).shape[1:])
+                        for name in self.columns}
+            write_index(self.folder / INDEX_NAME, self.setup["dataset_name"], manifest,
+                        datasets)
+        else:
+            self.file.attrs["packer_manifest"] = json.dumps(manifest)
         path = self.file.filename
         self.file.close()
         os.truncate(path, os.path.getsize(path))  # frees blocks claimed past the end
+        if self.generation_file and not any(p.get("file") == self.generation_file
+                                            for p in manifest["parts"]):
+            os.unlink(path)
 
 
 _KEEP_SIZE = 1  # FALLOC_FL_KEEP_SIZE

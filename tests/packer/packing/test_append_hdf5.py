@@ -1,0 +1,159 @@
+"""An HDF5 append writes a file of its own (out.gen-000001.h5, ...) beside an index
+file at OUT: the packed file is linked as generation 0, never written; plain h5py reads
+every row through the index's virtual datasets; a missing or damaged generation file
+is named; a kill before the index is swapped in leaves OUT as it was; packing again
+removes the generation files; a dataset in a bucket fetches them beside it."""
+
+import hashlib
+import json
+
+import h5py
+import pytest
+
+import packer
+from conftest import class_images, run, source_files
+from packer.errors import DatasetError
+from packer.formats.hdf5 import generations
+from packer.formats.manifests import local_manifest
+from packer.packing.append import append_local
+from packer.packing.options import PackOptions
+from packer.sample import KEY
+
+
+@pytest.fixture
+def sources(tmp_path):
+    """`old`: c0, c1 (3 images each); `new`: c2, c3 (5 each); `third`: c4 (2)."""
+    old = class_images(tmp_path / "old", 2, 3)
+    new = class_images(tmp_path / "new", 2, 5)
+    (new / "c1").rename(new / "c3")
+    (new / "c0").rename(new / "c2")
+    third = class_images(tmp_path / "third", 1, 2)
+    (third / "c0").rename(third / "c4")
+    return old, new, third
+
+
+def _expected(*roots) -> dict[str, bytes]:
+    return {rel.removesuffix(".jpg"): data for root in roots
+            for rel, data in source_files(root).items()}
+
+
+def _plain_h5py(out) -> dict[str, tuple[int, bytes]]:
+    """Every row as a plain h5py user reads the file at OUT: (class id, bytes) by key."""
+    with h5py.File(out, "r") as file:
+        keys, labels, images = file[KEY][:], file["cls"][:], file["jpg"][:]
+    return {key.decode(): (int(label), image.tobytes())
+            for key, label, image in zip(keys, labels, images, strict=True)}
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_hdf5_append_links_the_file_and_writes_one_of_its_own(sources, tmp_path):
+    old, new, third = sources
+    out = tmp_path / "out.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    digest, inode = _sha(out), out.stat().st_ino
+    run("pack", new, "--append", out, "-q")
+    first = tmp_path / "out.gen-000000.h5"
+    assert _sha(first) == digest and first.stat().st_ino == inode  # never written
+    assert (tmp_path / "out.gen-000001.h5").is_file()
+    assert out.stat().st_size < 64 << 10  # the index: no rows of its own
+    run("pack", third, "--append", out, "-q")
+    assert sorted(p.name for p in tmp_path.glob("out*.h5")) == [
+        "out.gen-000000.h5", "out.gen-000001.h5", "out.gen-000002.h5", "out.h5"]
+    expected = _expected(old, new, third)
+    classes = local_manifest(out)["classes"]
+    plain = _plain_h5py(out)
+    assert {key: data for key, (_, data) in plain.items()} == expected
+    assert all(classes[label] == key.split("/")[0] for key, (label, _) in plain.items())
+    assert list(plain)[:6] == sorted(_expected(old))  # the packed rows first, in order
+    samples = {s[KEY]: s["jpg"] for s in packer.open_dataset(out, decode="raw")}
+    assert samples == expected
+    loader = packer.DataLoader(packer.open_dataset(out, decode="raw", shuffle=True),
+                               batch_size=4, num_workers=2)
+    assert sorted(key for batch in loader for key in batch[KEY]) == sorted(expected)
+    checked = json.loads(run("verify", out, "-q", "--json", "--against", old, "--against",
+                             new, "--against", third).output)
+    assert checked["ok"] and checked["count"] == 18
+    run("unpack", out, "-o", tmp_path / "back", "-q")
+    assert len(list((tmp_path / "back").rglob("*.jpg"))) == 18
+
+
+def test_a_missing_or_damaged_generation_file_is_named(sources, tmp_path):
+    old, new, _ = sources
+    out = tmp_path / "out.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    run("pack", new, "--append", out, "-q")
+    generation = tmp_path / "out.gen-000001.h5"
+    kept = generation.read_bytes()
+    generation.write_bytes(kept[:len(kept) // 3])
+    damaged = run("verify", out, "-q", expect=1).output
+    assert "out.gen-000001.h5" in damaged and "Traceback" not in damaged
+    generation.unlink()
+    missing = run("verify", out, "-q", expect=1).output
+    assert "out.gen-000001.h5: missing" in missing
+    with pytest.raises(DatasetError, match="out.gen-000001.h5: missing"):
+        packer.open_dataset(out)
+    generation.write_bytes(kept)
+    assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
+
+
+def test_a_kill_before_the_index_is_swapped_in_leaves_the_dataset(sources, tmp_path,
+                                                                  monkeypatch):
+    old, new, third = sources
+    out = tmp_path / "out.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    run("pack", new, "--append", out, "-q")
+    before = local_manifest(out)
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(generations, "swap_in", killed)
+        with pytest.raises(KeyboardInterrupt):
+            append_local(third, out, PackOptions())
+    assert (tmp_path / "out.gen-000002.h5").exists()  # in place, but named by nothing
+    assert local_manifest(out) == before
+    assert {s[KEY] for s in packer.open_dataset(out, decode="raw")} == set(_expected(old, new))
+    left = run("pack", third, "--append", out, "-q", expect=2).output
+    assert "--resume" in left and "is as before" in left
+    run("pack", third, "--append", out, "-q", "--resume")
+    assert local_manifest(out)["count"] == 18
+    assert {s[KEY]: s["jpg"] for s in packer.open_dataset(out, decode="raw")} == \
+        _expected(old, new, third)
+
+
+def test_packing_again_removes_the_generation_files(sources, tmp_path):
+    old, new, _ = sources
+    out = tmp_path / "out.h5"
+    other = tmp_path / "other.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    run("pack", old, "--to", "hdf5", "-o", other, "-q")
+    run("pack", new, "--append", out, "-q")
+    run("pack", new, "--append", other, "-q")
+    run("pack", new, "--to", "hdf5", "-o", out, "-q", "--overwrite")
+    assert sorted(p.name for p in tmp_path.glob("*.h5")) == [
+        "other.gen-000000.h5", "other.gen-000001.h5", "other.h5", "out.h5"]
+    assert _plain_h5py(out).keys() == _expected(new).keys()
+    assert len(packer.open_dataset(other)) == 16
+
+
+def test_an_appended_dataset_in_a_bucket_fetches_its_generation_files(sources, tmp_path, s3):
+    from packer.storage.client import client
+
+    old, new, _ = sources
+    out = tmp_path / "out.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    run("pack", new, "--append", out, "-q")
+    for path in tmp_path.glob("out*.h5"):
+        client().upload_file(str(path), s3, f"data/{path.name}")
+    url = f"s3://{s3}/data/out.h5"
+    read = {s[KEY]: s["jpg"] for s in packer.open_dataset(url, decode="raw",
+                                                          cache_dir=tmp_path / "cache")}
+    assert read == _expected(old, new)
+    assert json.loads(run("verify", url, "-q", "--json").output)["ok"]
+    client().delete_object(Bucket=s3, Key="data/out.gen-000001.h5")
+    missing = run("verify", url, "-q", expect=1).output
+    assert "out.gen-000001.h5: missing" in missing
