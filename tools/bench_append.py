@@ -13,9 +13,9 @@ full repack. Per format, each row runs `packer pack` once as a subprocess (-q,
 --workers 1) on a warm page cache, in seconds of wall time:
 
     pack BASE         the dataset appended to (not compared; the starting point)
-    append NEW        `packer pack NEW --append DATASET`: staging (links, or a copy of
-                      the HDF5 file), reading the dataset's keys, packing NEW (LMDB: into
-                      a file of its own), the swap
+    append NEW        `packer pack NEW --append DATASET`: staging (links), reading the
+                      dataset's keys, packing NEW (LMDB and HDF5: into a file of its
+                      own), the swap
     pack NEW alone    `packer pack NEW -o OTHER`: what the new samples cost by themselves
     repack all        `packer pack ALL -o OTHER`: the alternative to appending
 

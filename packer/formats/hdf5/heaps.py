@@ -53,11 +53,12 @@ def check_heaps(path: Path, names: tuple[str, ...] | None = None) -> None:
 
 
 def _vlen_datasets(file: h5py.File) -> list[h5py.Dataset]:
-    """The chunked datasets of variable-length rows (bytes or strings)."""
+    """The chunked datasets of variable-length rows (bytes or strings); not an appended
+    dataset's index's virtual ones, whose rows lie in the generation files."""
     found = []
 
     def visit(_, item) -> None:
-        if (isinstance(item, h5py.Dataset) and item.chunks
+        if (isinstance(item, h5py.Dataset) and not item.is_virtual and item.chunks
                 and h5py.check_vlen_dtype(item.dtype) is not None):
             found.append(item)
 
