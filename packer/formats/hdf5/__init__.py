@@ -82,8 +82,9 @@ def data_files(path: Path, manifest: dict) -> list[Path]:
 def files_beside(name: str, manifest: dict) -> list[str]:
     """The names of the files that the dataset file `name` reads beside it: an appended
     dataset's generation files."""
-    return [file.name for file in files_and_rows(Path(name), manifest)
-            if uses_generations(manifest)]
+    if not uses_generations(manifest):
+        return []
+    return [file.name for file in files_and_rows(Path(name), manifest)]
 
 
 def publish(work: Path, out: Path) -> None:

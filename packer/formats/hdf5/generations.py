@@ -12,8 +12,9 @@ that plain h5py reads row i wherever it lies):
     <stem>.gen-000000<suffix>    the dataset as first packed (the same inode, unchanged)
     <stem>.gen-000001<suffix>    append 1's rows, from row 0, in datasets of the same names
 
-Each part of an append names its file (`"file"`); a part without one is in generation 0
-(or, in a dataset never appended to, in OUT itself). The index is swapped in at OUT in
+Once a dataset is appended to, each part names its file (`"file"`); in one never
+appended to (or appended to by a packer that copied the file), the parts have none and
+lie in OUT itself. The index is swapped in at OUT in
 one step, after the generation's file is in place, so a killed append leaves OUT as it
 was; a reader of the old file keeps reading it. Move the files together: the index
 finds them beside it by name.
@@ -42,18 +43,16 @@ def uses_generations(manifest: dict) -> bool:
     return any("file" in part for part in manifest["parts"])
 
 
-def part_file(dataset: Path, manifest: dict, part: dict) -> Path:
+def part_file(dataset: Path, part: dict) -> Path:
     """The file that holds a part's rows."""
-    if not uses_generations(manifest):
-        return dataset
-    return dataset.parent / part.get("file", generation_name(dataset.name, 0))
+    return dataset.parent / part["file"] if "file" in part else dataset
 
 
 def files_and_rows(dataset: Path, manifest: dict) -> dict[Path, int]:
     """Each file that holds rows, in sample order, and how many it holds."""
     rows: dict[Path, int] = {}
     for part in manifest["parts"]:
-        file = part_file(dataset, manifest, part)
+        file = part_file(dataset, part)
         rows[file] = rows.get(file, 0) + part["count"]
     return rows or {dataset: 0}
 
@@ -63,7 +62,7 @@ def first_rows(dataset: Path, manifest: dict) -> list[int]:
     seen: dict[Path, int] = {}
     firsts = []
     for part in manifest["parts"]:
-        file = part_file(dataset, manifest, part)
+        file = part_file(dataset, part)
         firsts.append(seen.get(file, 0))
         seen[file] = firsts[-1] + part["count"]
     return firsts

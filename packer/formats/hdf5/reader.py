@@ -23,7 +23,7 @@ class Reader(ProcessReader):
     def __init__(self, path: Path, manifest: dict):
         self.path, self.fields = path, manifest["fields"]
         self.names = dataset_names(manifest)
-        self.files = [part_file(path, manifest, part) for part in manifest["parts"]]
+        self.files = [part_file(path, part) for part in manifest["parts"]]
         self.firsts = [p["first"] for p in manifest["parts"]]
         self.rows = first_rows(path, manifest)  # each part's first row in its file
         self.records = manifest.get("records")

@@ -221,6 +221,14 @@ class Hdf5Writer(Writer):
         _claim_space(self.file.filename, os.path.getsize(self.file.filename),
                      nbytes + nbytes // 4 + (1 << 20))
 
+    def resume(self, parts: list[dict]) -> str | None:
+        """As Writer.resume; an append's writer names the file of every part before it:
+        the packed file's are in generation 0 from now on."""
+        if self.generation_file:
+            first = generation_name(self.setup["dataset_name"], 0)
+            parts = [{**part, "file": part.get("file", first)} for part in parts]
+        return super().resume(parts)
+
     def _seal_part(self, part: dict) -> None:
         self._flush_buffer()
         self.file.flush()

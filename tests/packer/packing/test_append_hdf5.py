@@ -157,3 +157,15 @@ def test_an_appended_dataset_in_a_bucket_fetches_its_generation_files(sources, t
     client().delete_object(Bucket=s3, Key="data/out.gen-000001.h5")
     missing = run("verify", url, "-q", expect=1).output
     assert "out.gen-000001.h5: missing" in missing
+
+
+def test_a_first_append_whose_inputs_are_all_skipped_keeps_every_row(sources, tmp_path):
+    old, _, _ = sources
+    out = tmp_path / "out.h5"
+    run("pack", old, "--to", "hdf5", "-o", out, "-q")
+    result = run("pack", old, "--append", out, "-q", "--on-duplicate", "skip")
+    assert "appended 0 samples" in result.output
+    assert {key: data for key, (_, data) in _plain_h5py(out).items()} == _expected(old)
+    assert {s[KEY]: s["jpg"] for s in packer.open_dataset(out, decode="raw")} == _expected(old)
+    assert all(part["file"] == "out.gen-000000.h5" for part in local_manifest(out)["parts"])
+    assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
