@@ -154,7 +154,11 @@ def verify(dataset, against: Path | list[Path] | None = None, progress: bool = T
         compare = leaks = LeakCheck(manifest, compare)
     problems, count = _manifest_problems(manifest), 0
     bar = tqdm(total=manifest["count"], unit="sample", disable=not progress, desc="verifying")
+    whole = getattr(module, "dataset_problems", None)  # checks of the dataset as a whole
     for part, on_disk in parts:
+        if whole is not None:
+            problems += whole(*on_disk[:2])
+            whole = None
         name = part.get("name", f"samples {part['first']}..{part['first'] + part['count'] - 1}")
         if manifest.get("splits"):
             leaks.at(part["first"])

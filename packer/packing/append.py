@@ -225,6 +225,8 @@ def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_p
     """The writer, resumed after the dataset's parts (or an interrupted append's)."""
     work = partial_path(out)
     progress_path = work / PROGRESS_NAME
+    if work.exists() and not progress_path.exists() and _published(out, old, work):
+        shutil.rmtree(work, ignore_errors=True)  # a run killed after its swap: it is done
     if work.exists() and options.resume and progress_path.exists():
         progress = json.loads(progress_path.read_text())
         check_unchanged(source, setup, progress, work)
@@ -247,6 +249,17 @@ def _start(out: Path, source, setup: dict, old: dict, options: PackOptions, on_p
         raise PackerError(f"{work}: {restarted}; {out} is as before, append again")
     writing.save_progress(writer, tally, setup)
     return writer, tally
+
+
+def _published(out: Path, dataset: dict, work: Path) -> bool:
+    """Whether what `work` holds was already swapped in at `out`, the run killed before
+    it removed `work`: the manifest there (this run's, or after an exchange the old
+    dataset's) records no more appends than the dataset at `out` does."""
+    try:
+        staged = json.loads((work / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return len(staged.get("appends") or []) <= len(dataset.get("appends") or [])
 
 
 def merged_manifest(old: dict, source, writer, tally: Tally, setup: dict,

@@ -33,6 +33,7 @@ from packer.errors import DatasetError
 from packer.formats.hdf5.generations import (
     INDEX_NAME,
     files_and_rows,
+    index_problems,
     publish_append,
     remove_generations,
     uses_generations,
@@ -85,6 +86,12 @@ def files_beside(name: str, manifest: dict) -> list[str]:
     if not uses_generations(manifest):
         return []
     return [file.name for file in files_and_rows(Path(name), manifest)]
+
+
+def dataset_problems(path: Path, manifest: dict) -> list[str]:
+    """What verify finds wrong with the dataset as a whole: an appended one's index
+    (generations.py)."""
+    return index_problems(path, manifest) if uses_generations(manifest) else []
 
 
 def publish(work: Path, out: Path) -> None:

@@ -8,9 +8,9 @@ file: the manifest and classes in its attributes, and one virtual dataset per fi
 that spans the generation files (HDF5's own way of one dataset over several files, so
 that plain h5py reads row i wherever it lies):
 
-    OUT                          the index file: h5py.File("OUT")["jpg"][i] reads sample i
-    <stem>.gen-000000<suffix>    the dataset as first packed (the same inode, unchanged)
-    <stem>.gen-000001<suffix>    append 1's rows, from row 0, in datasets of the same names
+    OUT                  the index file: h5py.File("OUT")["jpg"][i] reads sample i
+    OUT.gen-000000.h5    the dataset as first packed (the same inode, unchanged)
+    OUT.gen-000001.h5    append 1's rows, from row 0, in datasets of the same names
 
 Once a dataset is appended to, each part names its file (`"file"`); in one never
 appended to (or appended to by a packer that copied the file), the parts have none and
@@ -18,11 +18,17 @@ lie in OUT itself. The index is swapped in at OUT in
 one step, after the generation's file is in place, so a killed append leaves OUT as it
 was; a reader of the old file keeps reading it. Move the files together: the index
 finds them beside it by name.
+
+packer reads the generation files itself and never opens the index's virtual datasets:
+their mappings lie in a global heap without a checksum, and libhdf5 crashes on a
+damaged one. `packer verify` checks them in a process of its own (`index_problems`).
 """
 
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -30,12 +36,13 @@ import h5py
 from packer.formats.protocol import remove, swap_in, sync
 
 INDEX_NAME = "index.h5"  # the index file, in the folder an append writes
+INDEX_ATTR = "packer_generation_files"  # the index's: how many files its rows lie in
 
 
 def generation_name(dataset: str, generation: int) -> str:
-    """`digits.gen-000001.h5` for the dataset file `digits.h5`."""
-    path = Path(dataset)
-    return f"{path.stem}.gen-{generation:06d}{path.suffix or '.h5'}"
+    """`digits.h5.gen-000001.h5` for the dataset file `digits.h5` (the whole name: the
+    datasets `digits` and `digits.h5` in one folder keep files of their own)."""
+    return f"{dataset}.gen-{generation:06d}.h5"
 
 
 def uses_generations(manifest: dict) -> bool:
@@ -78,13 +85,14 @@ def write_index(path: Path, dataset_name: str, manifest: dict,
             layout = h5py.VirtualLayout(shape=(manifest["count"], *shape), dtype=dtype)
             at = 0
             for file, rows in files.items():
-                if rows:
-                    layout[at:at + rows] = h5py.VirtualSource(file.name, name,
-                                                              shape=(rows, *shape))
+                if rows:  # libhdf5 reads a source's name as a format: % is %%
+                    layout[at:at + rows] = h5py.VirtualSource(file.name.replace("%", "%%"),
+                                                              name, shape=(rows, *shape))
                 at += rows
             index.create_virtual_dataset(name, layout)
         index.attrs["classes"] = manifest.get("classes") or []
         index.attrs["packer_manifest"] = json.dumps(manifest)
+        index.attrs[INDEX_ATTR] = len(files)
 
 
 def publish_append(work: Path, data: Path, out: Path) -> None:
@@ -112,25 +120,65 @@ def remove_generations(out: Path) -> None:
         with h5py.File(out, "r") as index:
             manifest = json.loads(index.attrs["packer_manifest"])
         named = {path.name for path in files_and_rows(out, manifest)}
-    pattern = re.compile(re.escape(Path(out.name).stem) + r"\.gen-\d{6}"
-                         + re.escape(Path(out.name).suffix or ".h5") + "$")
+    pattern = re.compile(re.escape(out.name) + r"\.gen-\d{6}\.h5$")
     for path in out.parent.iterdir():
         if pattern.match(path.name) and path.name not in named:
             path.unlink(missing_ok=True)
 
 
 def is_index(path: Path) -> bool:
-    """Whether the HDF5 file at `path` is an append's index (its datasets virtual)."""
+    """Whether the HDF5 file at `path` is an append's index (by its attribute: its
+    datasets are not opened)."""
     if not path.is_file():
         return False
     with h5py.File(path, "r") as file:
-        return any(isinstance(item, h5py.Dataset) and item.is_virtual
-                   for item in file.values())
+        return INDEX_ATTR in file.attrs
 
 
 def _link(source: Path, target: Path) -> None:
-    """`target` as a hard link to `source`, replacing one a killed append left."""
+    """`target` as a hard link to `source`, replacing another file a killed append left
+    (renaming a link over another link of the same file does nothing: the temporary
+    name would stay)."""
+    if target.exists() and os.path.samefile(source, target):
+        return
     temporary = target.with_name(target.name + ".link")
     temporary.unlink(missing_ok=True)
     os.link(source, temporary)
     os.replace(temporary, target)
+
+
+_CHECK_INDEX = """
+import json, sys, h5py
+with h5py.File(sys.argv[1], "r") as index:
+    print(json.dumps({name: [(s.file_name, s.dset_name, s.vspace.get_select_bounds()[0][0],
+                              s.vspace.get_select_npoints())
+                             for s in index[name].virtual_sources()] for name in index}))
+"""
+
+
+def index_problems(path: Path, manifest: dict) -> list[str]:
+    """What is wrong with the index's virtual datasets, read in a process of their own
+    (a damaged mapping crashes libhdf5): each must map its rows to the generation
+    files, in order: (file name, first row, rows) each."""
+    found = subprocess.run([sys.executable, "-c", _CHECK_INDEX, str(path)],
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        why = (f"signal {-found.returncode}" if found.returncode < 0 else
+               (found.stderr.strip().splitlines() or ["no message"])[-1])
+        return [f"{path}: the index's virtual datasets cannot be read ({why}): plain h5py "
+                "cannot read the rows through it (packer reads the generation files and "
+                "is unaffected); restore the file from a copy"]
+    expected, at = [], 0
+    for file, rows in files_and_rows(path, manifest).items():
+        if rows:
+            expected.append((file.name.replace("%", "%%"), at, rows))
+        at += rows
+    problems = []
+    for name, sources in json.loads(found.stdout).items():
+        mapped = [(file, first, rows) for file, dataset, first, rows in sources
+                  if dataset == name]
+        if mapped != expected or len(mapped) != len(sources):
+            problems.append(f"{path}: the index's virtual dataset {name!r} maps other rows "
+                            f"than the manifest's files ({mapped} against {expected}); "
+                            "restore the file from a copy")
+    return problems

@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 
 from packer.errors import DatasetError
+from packer.formats.hdf5.generations import INDEX_ATTR
 
 # A variable-length row as stored: its length, then its heap's address and object index
 _ROW = np.dtype([("length", "<u4"), ("heap", "<u8"), ("index", "<u4")])
@@ -53,12 +54,15 @@ def check_heaps(path: Path, names: tuple[str, ...] | None = None) -> None:
 
 
 def _vlen_datasets(file: h5py.File) -> list[h5py.Dataset]:
-    """The chunked datasets of variable-length rows (bytes or strings); not an appended
-    dataset's index's virtual ones, whose rows lie in the generation files."""
+    """The chunked datasets of variable-length rows (bytes or strings); none in an
+    appended dataset's index, whose datasets are virtual (their rows lie in the
+    generation files) and are not even opened: a damaged mapping crashes libhdf5."""
     found = []
+    if INDEX_ATTR in file.attrs:
+        return found
 
     def visit(_, item) -> None:
-        if (isinstance(item, h5py.Dataset) and not item.is_virtual and item.chunks
+        if (isinstance(item, h5py.Dataset) and item.chunks
                 and h5py.check_vlen_dtype(item.dtype) is not None):
             found.append(item)
 
