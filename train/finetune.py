@@ -12,7 +12,10 @@ statistics too), then the whole network with the backbone at a lower rate.
                     have almost no variance far; one epoch after unfreezing, the loss of
                     a MobileNetV2 on 120 images went from 0.16 to 2.25 under AdamW
     freeze epochs   a fifth of the epochs (at least 1), a third under 50 training samples
-                    a class: the new head settles before its gradients reach the backbone
+                    a class: the new head settles before its gradients reach the backbone;
+                    where the epochs too are chosen from the data, on top of them (their
+                    budget of steps is the whole network's: on 30% of digits, 0.972,
+                    0.947, 0.947 by seed with them inside, 0.978, 0.967, 0.964 on top)
     unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
                     state starts empty); its BatchNorm statistics stay frozen the whole
                     run (switched to each batch's own, they change at once the features
@@ -119,9 +122,12 @@ def choose_optimizer(config: TrainConfig) -> list[Choice]:
                    "pretrained features")]
 
 
-def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
+def choose(config: TrainConfig, info: DataInfo, samples: int,
+           epochs: Choice | None = None) -> list[Choice]:
     """The fine-tuning recipe once the epochs are known: the optimizer, the frozen
-    epochs, the backbone's rate; when not fine-tuning, the optimizer only."""
+    epochs, the backbone's rate; when not fine-tuning, the optimizer only. `epochs`:
+    the recipe's choice of them, if it chose: the frozen epochs come on top of its
+    budget of steps, which is the whole network's (the choice is changed to say so)."""
     choices = choose_optimizer(config)
     if not fine_tuning(config):
         config.freeze_epochs = config.freeze_epochs or 0
@@ -149,6 +155,10 @@ def choose(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
                               f"first, backbone and its BatchNorm statistics frozen, so that "
                               f"its first large gradients do not wreck pretrained features: "
                               f"{why}, at least 1"))
+        if epochs is not None:
+            config.epochs = epochs.value = config.epochs + config.freeze_epochs
+            epochs.why += (f", and the {config.freeze_epochs} with the backbone frozen on "
+                           "top (the steps are the whole network's)")
     return choices
 
 

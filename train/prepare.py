@@ -80,7 +80,8 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
     train_set, val_set = datasets(info, config)
     total = getattr(train_set, "total", len(train_set))
     choices += recipe.choose(config, info, total, world)
-    choices += finetune.choose(config, info, total)
+    epochs = next((choice for choice in choices if choice.name == "epochs"), None)
+    choices += finetune.choose(config, info, total, epochs)
     choices += monitor.choose(config, info, getattr(val_set, "total", len(val_set or ())))
     if info.sides and info.sides.train_split and not config.val_split_name:
         config.val_split_name = info.sides.val_split  # a resume reads the same split

@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import urllib.error
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from safetensors.torch import save_file
 from conftest import colour_images
 from conftest import run as packer_run
 from packer.errors import PackerError
-from train import models, weights
+from train import finetune, models, weights
+from train.config import TrainConfig
+from train.recipe import Choice
 from train_cli import train
 
 HF_COMMIT = "0" * 40
@@ -302,3 +305,17 @@ def test_ddp_fine_tunes_through_the_unfreezing(colours, tmp_path):
     assert result.stdout.count("epoch 2: the whole network trains") == 1  # rank 0 prints
     tuned = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)["model"]
     assert not torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])
+
+
+def test_frozen_epochs_come_on_top_of_epochs_chosen_from_the_data():
+    """The recipe's budget of steps is the whole network's: on 30% of digits the frozen
+    epochs taken out of it left too few (0.947 against 0.967 on seed 1)."""
+    chosen = Choice("epochs", 24, "a budget of 600 optimizer steps at 25 an epoch")
+    info = SimpleNamespace(task="classify", num_outputs=10)
+    config = TrainConfig(data="d", weights="w.pt", epochs=24)
+    finetune.choose(config, info, 386, chosen)
+    assert (config.freeze_epochs, config.epochs, chosen.value) == (8, 32, 32)
+    assert "and the 8 with the backbone frozen on top" in chosen.why
+    given = TrainConfig(data="d", weights="w.pt", epochs=24)
+    finetune.choose(given, info, 386)
+    assert (given.freeze_epochs, given.epochs) == (8, 24)
