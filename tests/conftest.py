@@ -106,6 +106,19 @@ def colours(tmp_path_factory):
 
 
 @pytest.fixture
+def three_sources(tmp_path):
+    """Three folders to pack and append, their classes apart: `old`: c0, c1 (3 images
+    each); `new`: c2, c3 (5 each); `third`: c4 (2)."""
+    old = class_images(tmp_path / "old", 2, 3)
+    new = class_images(tmp_path / "new", 2, 5)
+    (new / "c1").rename(new / "c3")
+    (new / "c0").rename(new / "c2")
+    third = class_images(tmp_path / "third", 1, 2)
+    (third / "c0").rename(third / "c4")
+    return old, new, third
+
+
+@pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     """An ImageFolder tree: 3 classes, nested folders, sidecars, awkward names."""
     root = tmp_path / "images"

@@ -13,25 +13,13 @@ import h5py
 import pytest
 
 import packer
-from conftest import class_images, run, source_files
+from conftest import run, source_files
 from packer.errors import DatasetError
 from packer.formats.hdf5 import generations
 from packer.formats.manifests import local_manifest
 from packer.packing.append import append_local
 from packer.packing.options import PackOptions
 from packer.sample import KEY
-
-
-@pytest.fixture
-def sources(tmp_path):
-    """`old`: c0, c1 (3 images each); `new`: c2, c3 (5 each); `third`: c4 (2)."""
-    old = class_images(tmp_path / "old", 2, 3)
-    new = class_images(tmp_path / "new", 2, 5)
-    (new / "c1").rename(new / "c3")
-    (new / "c0").rename(new / "c2")
-    third = class_images(tmp_path / "third", 1, 2)
-    (third / "c0").rename(third / "c4")
-    return old, new, third
 
 
 def _expected(*roots) -> dict[str, bytes]:
@@ -47,12 +35,24 @@ def _plain_h5py(out) -> dict[str, tuple[int, bytes]]:
             for key, label, image in zip(keys, labels, images, strict=True)}
 
 
+def _killed_at(monkeypatch, step: str, source, out) -> None:
+    """An append of `source` interrupted where generations.py calls `step`."""
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(generations, step, killed)
+        with pytest.raises(KeyboardInterrupt):
+            append_local(source, out, PackOptions())
+
+
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_an_hdf5_append_links_the_file_and_writes_one_of_its_own(sources, tmp_path):
-    old, new, third = sources
+def test_an_hdf5_append_links_the_file_and_writes_one_of_its_own(three_sources, tmp_path):
+    old, new, third = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     digest, inode = _sha(out), out.stat().st_ino
@@ -82,8 +82,8 @@ def test_an_hdf5_append_links_the_file_and_writes_one_of_its_own(sources, tmp_pa
     assert len(list((tmp_path / "back").rglob("*.jpg"))) == 18
 
 
-def test_a_missing_or_damaged_generation_file_is_named(sources, tmp_path):
-    old, new, _ = sources
+def test_a_missing_or_damaged_generation_file_is_named(three_sources, tmp_path):
+    old, new, _ = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     run("pack", new, "--append", out, "-q")
@@ -101,21 +101,14 @@ def test_a_missing_or_damaged_generation_file_is_named(sources, tmp_path):
     assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
 
 
-def test_a_kill_before_the_index_is_swapped_in_leaves_the_dataset(sources, tmp_path,
+def test_a_kill_before_the_index_is_swapped_in_leaves_the_dataset(three_sources, tmp_path,
                                                                   monkeypatch):
-    old, new, third = sources
+    old, new, third = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     run("pack", new, "--append", out, "-q")
     before = local_manifest(out)
-
-    def killed(*args):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr(generations, "swap_in", killed)
-        with pytest.raises(KeyboardInterrupt):
-            append_local(third, out, PackOptions())
+    _killed_at(monkeypatch, "swap_in", third, out)
     assert (tmp_path / "out.h5.gen-000002.h5").exists()  # in place, but named by nothing
     assert local_manifest(out) == before
     assert {s[KEY] for s in packer.open_dataset(out, decode="raw")} == set(_expected(old, new))
@@ -127,8 +120,8 @@ def test_a_kill_before_the_index_is_swapped_in_leaves_the_dataset(sources, tmp_p
         _expected(old, new, third)
 
 
-def test_packing_again_removes_the_generation_files(sources, tmp_path):
-    old, new, _ = sources
+def test_packing_again_removes_the_generation_files(three_sources, tmp_path):
+    old, new, _ = three_sources
     out = tmp_path / "out.h5"
     other = tmp_path / "other.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
@@ -142,10 +135,10 @@ def test_packing_again_removes_the_generation_files(sources, tmp_path):
     assert len(packer.open_dataset(other)) == 16
 
 
-def test_an_appended_dataset_in_a_bucket_fetches_its_generation_files(sources, tmp_path, s3):
+def test_an_appended_dataset_in_a_bucket_fetches_its_generation_files(three_sources, tmp_path, s3):
     from packer.storage.client import client
 
-    old, new, _ = sources
+    old, new, _ = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     run("pack", new, "--append", out, "-q")
@@ -161,8 +154,8 @@ def test_an_appended_dataset_in_a_bucket_fetches_its_generation_files(sources, t
     assert "out.h5.gen-000001.h5: missing" in missing
 
 
-def test_a_first_append_whose_inputs_are_all_skipped_keeps_every_row(sources, tmp_path):
-    old, _, _ = sources
+def test_a_first_append_whose_inputs_are_all_skipped_keeps_every_row(three_sources, tmp_path):
+    old, _, _ = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     result = run("pack", old, "--append", out, "-q", "--on-duplicate", "skip")
@@ -173,8 +166,8 @@ def test_a_first_append_whose_inputs_are_all_skipped_keeps_every_row(sources, tm
     assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
 
 
-def test_datasets_named_alike_keep_files_of_their_own(sources, tmp_path):
-    old, new, third = sources
+def test_datasets_named_alike_keep_files_of_their_own(three_sources, tmp_path):
+    old, new, third = three_sources
     plain, suffixed = tmp_path / "out", tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", suffixed, "-q")
     run("pack", new, "--append", suffixed, "-q")
@@ -186,9 +179,9 @@ def test_datasets_named_alike_keep_files_of_their_own(sources, tmp_path):
     assert json.loads(run("verify", suffixed, "-q", "--json").output)["ok"]
 
 
-def test_a_percent_sign_in_the_dataset_s_name(sources, tmp_path):
+def test_a_percent_sign_in_the_dataset_s_name(three_sources, tmp_path):
     """libhdf5 reads a virtual source's file name as a format, where % starts a field."""
-    old, new, _ = sources
+    old, new, _ = three_sources
     for name in ("50%.h5", "x%%y.h5"):
         out = tmp_path / name
         run("pack", old, "--to", "hdf5", "-o", out, "-q")
@@ -198,10 +191,10 @@ def test_a_percent_sign_in_the_dataset_s_name(sources, tmp_path):
         assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
 
 
-def test_a_damaged_index_is_named_never_a_crash(sources, tmp_path):
+def test_a_damaged_index_is_named_never_a_crash(three_sources, tmp_path):
     """The index's virtual datasets map their rows through a global heap with no
     checksum: a flipped byte there crashed libhdf5 when verify opened them."""
-    old, new, _ = sources
+    old, new, _ = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
     run("pack", new, "--append", out, "-q")
@@ -221,37 +214,23 @@ def test_a_damaged_index_is_named_never_a_crash(sources, tmp_path):
         _expected(old, new)
 
 
-def test_a_retried_first_append_leaves_no_stray_link(sources, tmp_path, monkeypatch):
-    old, new, _ = sources
+def test_a_retried_first_append_leaves_no_stray_link(three_sources, tmp_path, monkeypatch):
+    old, new, _ = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
-
-    def killed(*args):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr(generations, "swap_in", killed)
-        with pytest.raises(KeyboardInterrupt):
-            append_local(new, out, PackOptions())
+    _killed_at(monkeypatch, "swap_in", new, out)
     run("pack", new, "--append", out, "-q", "--resume")
     assert sorted(p.name for p in tmp_path.glob("out*")) == [
         "out.h5", "out.h5.gen-000000.h5", "out.h5.gen-000001.h5"]
 
 
-def test_an_append_killed_after_its_swap_is_done(sources, tmp_path, monkeypatch):
+def test_an_append_killed_after_its_swap_is_done(three_sources, tmp_path, monkeypatch):
     """Killed after the index was swapped in, before its staging folder was removed:
     the next append neither calls the dataset as before nor asks for --resume."""
-    old, new, third = sources
+    old, new, third = three_sources
     out = tmp_path / "out.h5"
     run("pack", old, "--to", "hdf5", "-o", out, "-q")
-
-    def killed(*args):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr(generations, "remove", killed)
-        with pytest.raises(KeyboardInterrupt):
-            append_local(new, out, PackOptions())
+    _killed_at(monkeypatch, "remove", new, out)
     assert local_manifest(out)["count"] == 16
     run("pack", third, "--append", out, "-q")
     assert {s[KEY]: s["jpg"] for s in packer.open_dataset(out, decode="raw")} == \

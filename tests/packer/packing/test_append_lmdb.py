@@ -13,23 +13,11 @@ import msgpack
 import pytest
 
 import packer
-from conftest import KILL_AFTER_TWO_PARTS, class_images, run, source_files
+from conftest import KILL_AFTER_TWO_PARTS, run, source_files
 from packer.errors import DatasetError
 from packer.formats.manifests import local_manifest
 from packer.manifest import MANIFEST_NAME, seal, write_json_atomic
 from packer.sample import KEY
-
-
-@pytest.fixture
-def sources(tmp_path):
-    """`old`: c0, c1 (3 images each); `new`: c2, c3 (5 each); `third`: c4 (2)."""
-    old = class_images(tmp_path / "old", 2, 3)
-    new = class_images(tmp_path / "new", 2, 5)
-    (new / "c1").rename(new / "c3")
-    (new / "c0").rename(new / "c2")
-    third = class_images(tmp_path / "third", 1, 2)
-    (third / "c0").rename(third / "c4")
-    return old, new, third
 
 
 def _packed(tmp_path, old, *more):
@@ -61,8 +49,8 @@ def _plain_lmdb(out) -> dict[str, bytes]:
     return samples
 
 
-def test_an_lmdb_append_links_data_mdb_and_writes_a_file_of_its_own(sources, tmp_path):
-    old, new, third = sources
+def test_an_lmdb_append_links_data_mdb_and_writes_a_file_of_its_own(three_sources, tmp_path):
+    old, new, third = three_sources
     out = _packed(tmp_path, old)
     data = out / "data.mdb"
     before, inode = data.read_bytes(), data.stat().st_ino
@@ -109,8 +97,8 @@ def _cli(*args):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "page"])
-def test_a_damaged_generation_file_is_named(sources, damage, tmp_path):
-    old, new, _ = sources
+def test_a_damaged_generation_file_is_named(three_sources, damage, tmp_path):
+    old, new, _ = three_sources
     out = _packed(tmp_path, old, new)
     gen = out / "gen-000001.mdb"
     if damage == "truncated":
@@ -130,8 +118,8 @@ def test_a_damaged_generation_file_is_named(sources, damage, tmp_path):
         list(packer.open_dataset(out, decode="raw"))
 
 
-def test_a_missing_generation_file_is_named(sources, tmp_path):
-    old, new, _ = sources
+def test_a_missing_generation_file_is_named(three_sources, tmp_path):
+    old, new, _ = three_sources
     out = _packed(tmp_path, old, new)
     (out / "gen-000001.mdb").unlink()
     result = _cli("verify", out, "-q")
@@ -139,8 +127,8 @@ def test_a_missing_generation_file_is_named(sources, tmp_path):
     assert f"{out / 'gen-000001.mdb'}: missing" in result.stderr
 
 
-def test_a_killed_lmdb_append_leaves_data_mdb_and_resumes(sources, tmp_path):
-    old, new, _ = sources
+def test_a_killed_lmdb_append_leaves_data_mdb_and_resumes(three_sources, tmp_path):
+    old, new, _ = three_sources
     out = _packed(tmp_path, old)
     data, before = out / "data.mdb", local_manifest(out)
     inode, contents = data.stat().st_ino, data.read_bytes()
@@ -156,12 +144,12 @@ def test_a_killed_lmdb_append_leaves_data_mdb_and_resumes(sources, tmp_path):
     assert json.loads(run("verify", out, "-q", "--json").output)["ok"]
 
 
-def test_a_layout_2_dataset_takes_an_append_that_an_older_packer_refuses(sources, tmp_path,
+def test_a_layout_2_dataset_takes_an_append_that_an_older_packer_refuses(three_sources, tmp_path,
                                                                          monkeypatch):
     """A dataset packed before generation files (layout 2) reads and takes an append; the
     appended manifest says layout 3, which a packer of layout 2 refuses (it would count
     data.mdb's entries against every part and call the data damaged)."""
-    old, new, _ = sources
+    old, new, _ = three_sources
     out = _packed(tmp_path, old)
     manifest = local_manifest(out)
     manifest["layout_version"] = 2
@@ -176,8 +164,8 @@ def test_a_layout_2_dataset_takes_an_append_that_an_older_packer_refuses(sources
         local_manifest(out)
 
 
-def test_an_append_whose_samples_are_all_skipped_leaves_no_file(sources, tmp_path):
-    old, _, _ = sources
+def test_an_append_whose_samples_are_all_skipped_leaves_no_file(three_sources, tmp_path):
+    old, _, _ = three_sources
     out = _packed(tmp_path, old)
     run("pack", old, "--append", out, "-q", "--on-duplicate", "skip")
     manifest = local_manifest(out)
