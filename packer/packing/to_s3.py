@@ -34,6 +34,7 @@ from pathlib import Path
 from packer.errors import UsageProblem
 from packer.formats import format_module
 from packer.formats.manifests import is_packed, local_manifest
+from packer.formats.protocol import remove
 from packer.manifest import MANIFEST_NAME, UNFINISHED, partial_path, write_json_atomic
 from packer.packing.pipeline import check_same_input, pack_local
 from packer.storage import client
@@ -71,7 +72,9 @@ def _pack_and_publish(path, target: S3Url, staged: Path, options) -> dict:
         _check_same_request(staged, request, str(target))
         _check_same_input(path, options, staged, target)
         manifest = local_manifest(staged)
-    else:
+    else:  # an earlier run's complete pack goes first: publishing this one would swap it
+        # into NAME.partial, where the queued upload of the last part would read its bytes
+        remove(staged)
         staged.parent.mkdir(parents=True, exist_ok=True)
         (staged.parent / RECORD_NAME).unlink(missing_ok=True)
         write_json_atomic(staged.parent / REQUEST_NAME, request)

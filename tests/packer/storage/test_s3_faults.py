@@ -118,6 +118,31 @@ def test_a_resumed_upload_refuses_an_input_changed_since_it_was_packed(s3, image
     assert "OK: 23 samples" in run("verify", url).output
 
 
+UPLOADS_AFTER_SWAP = ("import sys, packer.formats.protocol as p, packer.packing.to_s3 as t\n"
+                      "held, upload, exchange = [], t.Uploader._upload, p._exchange\n"
+                      "t.Uploader._upload = lambda *a: held.append(a)\n"
+                      "def late(*a):\n    done = exchange(*a)\n"
+                      "    for call in held:\n        upload(*call)\n    return done\n"
+                      "p._exchange = late\n"
+                      "from packer.cli import cli\ncli(sys.argv[1:], prog_name='packer')\n")
+
+
+def test_an_upload_that_runs_late_never_sends_an_earlier_runs_staged_pack(s3, images, tmp_path):
+    """A run killed at publish leaves its complete pack staged; the next run packs
+    other input there: the parts it sends are its own, even when their uploads run
+    only once its pack is in place (the earlier one was swapped out beside it)."""
+    source, url = tmp_path / "images", f"s3://{s3}/late-uploads"
+    shutil.copytree(images, source)
+    args = ["pack", source, "-o", url, "--max-count", 4, "-q"]
+    cut = subprocess.run([sys.executable, "-c", DIE_AT_PUBLISH, *map(str, args)])
+    assert cut.returncode == -signal.SIGKILL
+    (source / "c0" / "000.jpg").write_bytes(image_bytes(500, size=(14, 10)))
+    done = subprocess.run([sys.executable, "-c", UPLOADS_AFTER_SWAP, *map(str, args),
+                           "--overwrite"])
+    assert done.returncode == 0
+    assert "OK: 24 samples" in run("verify", url).output
+
+
 def flip_cached(cache: Path, name: str) -> None:
     """One byte of the cached copy of `name` changed: the same size, other bytes."""
     [copy] = cache.rglob(name)
