@@ -145,10 +145,11 @@ def plain_shards(path) -> bool:
     or glob pattern, URLs, or a list."""
     if is_s3(path):  # read (packed or not) through the part cache: see open_parts
         return False
-    if isinstance(path, list | tuple) or shards.is_remote(str(path)) or any(
-            c in str(path) for c in "{*?["):
+    if isinstance(path, list | tuple) or shards.is_remote(str(path)):
         return True
     folder = Path(path)
+    if not folder.exists():  # a path that exists is that path, whatever its characters
+        return any(c in str(path) for c in "{*?[")
     if is_packed(folder):
         return False
     if folder.is_file():  # named as a shard, or compressed (a shard in all likelihood)

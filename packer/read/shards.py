@@ -67,6 +67,8 @@ def expand(spec) -> list[str]:
         urls = shard_files(Path(spec))
     elif is_remote(spec):
         urls = list(braceexpand(spec))
+    elif Path(spec).is_file():  # named as it is, even with pattern characters in the name
+        urls = [spec]
     else:
         urls = [u for pattern in braceexpand(spec) for u in sorted(glob.glob(pattern)) or [pattern]]
     if not urls:

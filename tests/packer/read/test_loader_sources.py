@@ -37,6 +37,21 @@ def test_shardwriter_shards_by_folder_and_brace_pattern(plain_shards):
     assert sample == {"__key__": "s000", "txt": "text 0", "cls": 0}
 
 
+def test_names_with_pattern_characters_are_the_files_they_name(image_folder, tmp_path):
+    """A dataset or a shard whose name holds [ ] ( ) + is opened as named, not as a
+    glob (which matched nothing, and then read the HDF5 file as a tar)."""
+    from conftest import run
+
+    for name, fmt in (("a+b(1)[x].h5", "hdf5"), ("c[1]", "lmdb"), ("d[2]", "webdataset")):
+        run("pack", image_folder, "-o", tmp_path / name, "--to", fmt, "-q")
+        assert "OK: 27 samples" in run("verify", tmp_path / name).output
+        assert len(list(packer.open_dataset(tmp_path / name, decode="raw"))) == 27
+        assert '"count": 27' in run("inspect", tmp_path / name, "--json").output
+    shard = tmp_path / "e[3].tar"
+    shard.write_bytes((tmp_path / "d[2]" / "shard-000000.tar").read_bytes())
+    assert len(list(packer.open_dataset(str(shard), decode="raw"))) == 27
+
+
 def test_pipe_urls(plain_shards):
     urls = [f"pipe:cat {p}" for p in sorted(plain_shards.glob("*.tar"))]
     ds = packer.open_dataset(urls, shuffle=True, seed=1)
