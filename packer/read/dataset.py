@@ -181,7 +181,9 @@ def manifest_or_shards(path, cache_dir=None, cache_limit=None) -> tuple[dict | N
         return (remote.manifest, {}) if remote.manifest else (None, _remote_shards(remote))
     if plain_shards(path):
         return None, shards_contents(path)
-    return load_manifest(path), {}
+    manifest = load_manifest(path)
+    check_files(Path(path), manifest, format_module(manifest["format"]))
+    return manifest, {}
 
 
 def shards_contents(path) -> dict:

@@ -93,8 +93,9 @@ def test_a_missing_or_damaged_generation_file_is_named(three_sources, tmp_path):
     damaged = run("verify", out, "-q", expect=1).output
     assert "out.h5.gen-000001.h5" in damaged and "Traceback" not in damaged
     generation.unlink()
-    missing = run("verify", out, "-q", expect=1).output
-    assert "out.h5.gen-000001.h5: missing" in missing
+    for command in ("verify", "inspect"):
+        missing = run(command, out, expect=1).output
+        assert "out.h5.gen-000001.h5: missing" in missing, command
     with pytest.raises(DatasetError, match="out.h5.gen-000001.h5: missing"):
         packer.open_dataset(out)
     generation.write_bytes(kept)

@@ -50,6 +50,8 @@ def test_names_with_pattern_characters_are_the_files_they_name(image_folder, tmp
     shard = tmp_path / "e[3].tar"
     shard.write_bytes((tmp_path / "d[2]" / "shard-000000.tar").read_bytes())
     assert len(list(packer.open_dataset(str(shard), decode="raw"))) == 27
+    (tmp_path / "d[2]" / "shard-000000.tar").unlink()
+    assert "shard-000000.tar: missing" in run("inspect", tmp_path / "d[2]", expect=1).output
 
 
 def test_pipe_urls(plain_shards):
