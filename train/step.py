@@ -71,7 +71,9 @@ def train_step(run, inputs: torch.Tensor, targets: torch.Tensor, micro: int = 0,
     """Forward and backward (through the gradient scaler for fp16); the last of
     `accumulate` micro-batches (`micro` counts from 0) then clips and takes one optimizer
     and one scheduler step on the gradients of all of them, each loss divided by
-    `accumulate` (so 4 batches of 8 step as one of 32). Returns the loss. Raises
+    `accumulate` (so 4 batches of 8 step as one of 32). A batch shorter than the batch
+    size (a stream's last) weighs each of its samples as a full batch does: its loss
+    times its share of the batch, not a whole step for one sample. Returns the loss. Raises
     NonFiniteLoss, before any update, when the loss is NaN or infinite on any rank."""
     _, loss = forward_loss(run, inputs, targets)
     if not _finite(run, loss):
@@ -81,7 +83,7 @@ def train_step(run, inputs: torch.Tensor, targets: torch.Tensor, micro: int = 0,
     last = micro == accumulate - 1
     # Under DDP the gradients are averaged across ranks once, at the group's last batch
     with run.model.no_sync() if run.world > 1 and not last else contextlib.nullcontext():
-        scaled = loss / accumulate
+        scaled = loss * (len(targets) / run.config.batch_size) / accumulate
         (run.scaler.scale(scaled) if run.scaler else scaled).backward()
     if last:
         optimizer_step(run)

@@ -166,3 +166,27 @@ def test_tensorboard_holds_per_class_scores_and_the_confusion(table, tmp_path):
     [text] = [tag for tag in events.Tags()["tensors"] if tag.startswith("val/confusion")]
     table_text = events.Tensors(text)[0].tensor_proto.string_val[0].decode()
     assert "predicted | neg | pos |" in table_text and table_text.count("\n") == 3
+
+
+def test_a_short_batch_weighs_each_sample_as_a_full_batch_does():
+    """A stream's last batch may hold one sample: taken as a whole batch, that sample's
+    gradient would be a full step of its own (sixteen times its weight in a batch of 16),
+    and one misclassified sample kicked a fine-tuned backbone off its minimum."""
+    from types import SimpleNamespace
+
+    from train.config import TrainConfig
+    from train.step import train_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    run = SimpleNamespace(model=model, optimizer=optimizer, loss_fn=torch.nn.CrossEntropyLoss(),
+                          config=TrainConfig(batch_size=16), scaler=None, amp_dtype=None,
+                          device=torch.device("cpu"), world=1, ema=None,
+                          info=SimpleNamespace(task="classify"),
+                          scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0))
+    inputs, targets = torch.randn(2, 3), torch.tensor([0, 1])
+    train_step(run, inputs.repeat(8, 1), targets.repeat(8))
+    full = model.weight.grad.clone()
+    train_step(run, inputs, targets)
+    torch.testing.assert_close(model.weight.grad, full * 2 / 16)
