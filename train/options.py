@@ -152,9 +152,9 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                      "is one."),
     "amp": (None, "Mixed precision: bf16, fp16 (with a gradient scaler), off, or auto."),
     "channels_last": (None, "Channels-last memory format for image models: faster "
-                      "convolutions on CPUs and GPUs (a MobileNetV2 at 112 px trains 1.3 to 1.7 "
-                      "times as fast on 2 CPU cores); --no-channels-last keeps PyTorch's usual "
-                      "layout."),
+                      "convolutions (a MobileNetV2 at 112 px trains 1.3 to 1.7 times as fast on "
+                      "2 CPU cores; on GPUs, the layout PyTorch recommends with mixed "
+                      "precision); --no-channels-last keeps PyTorch's usual layout."),
     "dropout": (_AutoOr(_FRACTION, "auto|P"), "Dropout before the classifier head (and "
                 "between the MLP's layers)." + AUTO),
     "label_smoothing": (_FRACTION, "Label smoothing for single-label classification."),

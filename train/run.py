@@ -148,9 +148,8 @@ def build(config: TrainConfig, steps_per_epoch: int, info: DataInfo) -> Run:
                                  info.classes)] if config.weights else []
     if info.target_stats:
         models.scale_outputs(model, info.target_stats["mean"], info.target_stats["std"])
-    channels_last = config.channels_last and info.kind == "image"
-    model = model.to(device, memory_format=torch.channels_last if channels_last
-                     else torch.preserve_format)
+    model = model.to(device, memory_format=torch.channels_last if config.channels_last
+                     else torch.preserve_format)  # moves 4-D weights only: image models'
     if world > 1:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if device.type == "cuda" else None)
