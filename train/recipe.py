@@ -180,7 +180,9 @@ def _length(config: TrainConfig, info: DataInfo, samples: int) -> list[Choice]:
         picks.append(Choice("epochs", epochs, f"a budget of {budget:,} optimizer steps at "
                             f"{steps:,} an epoch ({MIN_EPOCHS} to {MAX_EPOCHS} epochs)"))
         config.epochs = epochs
-    if config.patience is None and (config.val is not None or config.val_split != 0):
+    validated = config.val is not None or config.val_split != 0 or \
+        bool(info.sides and info.sides.val_split)
+    if config.patience is None and validated:
         patience = max(5, config.epochs // 4)
         picks.append(Choice("patience", patience, "stop after this many epochs without a "
                             "better validation score (a quarter of the epochs, at least 5)"))

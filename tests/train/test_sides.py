@@ -32,6 +32,7 @@ def split_folders(tmp_path_factory):
 def test_split_folders_train_on_train_and_validate_on_val(split_folders, tmp_path):
     said = train("fit", split_folders / "wds", "--out", tmp_path / "run", *COMMON)
     assert "val split name val: " in said and "training on its split train" in said
+    assert "patience 5: stop after this many epochs" in said  # early stopping on split val
     assert epoch_counts(tmp_path / "run") == (36, 12)  # test's 15 samples never read
     tested = json.loads(train("evaluate", tmp_path / "run", split_folders / "wds", "--split",
                               "test", "--json", "--workers", "0"))
