@@ -76,6 +76,7 @@ class TrainConfig:
     freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)
     backbone_lr_scale: float = 0.01  # fine-tuning: the backbone's share of the rate
     freeze_backbone: bool = False
+    freeze_stem: bool = True  # fine-tuning: the layers to a quarter of the input's side
     resume: bool = False
 
     def to_dict(self) -> dict:

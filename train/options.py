@@ -201,6 +201,11 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                           "--backbone-lr-scale 0.03."),
     "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
                               "run (feature extraction)."),
+    "freeze_stem": (None, "Fine-tuning: keep the stem frozen once the backbone unfreezes: "
+                          "the layers that see the input at a quarter of its side or finer (a "
+                          "CNN's first convolutions and first stage, generic edge and colour "
+                          "filters, as detectron2 keeps them), the most costly to train at "
+                          "their resolution; e.g. --no-freeze-stem trains them too."),
     "monitor": (None, "The validation metric that picks best.pt and ends the run early: "
                       "accuracy, macro-f1, balanced-accuracy, map (multi-label), loss or mae, "
                       "e.g. --monitor macro-f1; auto: the loss when under 100 samples "
@@ -221,7 +226,8 @@ DATA = ("task", "model", "width", "norm", "num_classes", "image_size", "inputs",
 LOSS = ("label_smoothing", "class_weights", "loss", "focal_gamma")
 AUGMENT = ("augment", "random_erasing", "mixup", "cutmix")
 OPTIMIZER = ("optimizer", "lr", "momentum", "scale_lr", "reference_batch", "weights",
-             "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone")
+             "pretrained", "freeze_epochs", "backbone_lr_scale", "freeze_backbone",
+             "freeze_stem")
 FIT = ("val", "val_split", "val_split_name", "folds", "epochs", "weight_decay", "dropout",
        "schedule", "warmup_epochs", "step_epochs", "clip_grad", "accumulate", "ema",
        "ema_decay", "amp", "channels_last", "cache", "patience", "time_limit", "monitor",

@@ -199,6 +199,41 @@ def replace_head(model: nn.Module, outputs: int) -> None:
             nn.Linear(old.in_features, outputs, bias=old.bias is not None))
 
 
+STEM_STRIDE = 4  # the stem and first stage: detectron2 keeps them frozen (FREEZE_AT 2)
+
+
+def stem(model: nn.Module, input_shape, device: torch.device) -> set[int]:
+    """The ids of the parameters used before a convolution first reduces the input's side
+    below a quarter: a CNN's stem and first stage (generic edge and colour filters, and the
+    most costly layers to train at their resolution); none for a vision transformer, whose
+    first convolution strides 16. Found by running one blank input through the model."""
+    order, reduced, side = [], [], min(input_shape[1:])
+
+    def seen(module, inputs, output):
+        if reduced:
+            return
+        spatial = isinstance(module, nn.Conv2d) and min(inputs[0].shape[2:]) > 1  # not SE's
+        if spatial and min(output.shape[2:]) * STEM_STRIDE < side:
+            reduced.append(module)
+        else:
+            order.append(module)
+
+    owners = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
+    hooks = [m.register_forward_hook(seen) for m in owners]
+    training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, *input_shape, device=device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(training)
+    if not reduced:
+        return set()
+    return {id(p) for module in order for p in module.parameters(recurse=False)}
+
+
 def first_conv(model: nn.Module) -> tuple[str, nn.Conv2d] | None:
     return next(((n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
 

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from conftest import colour_images
 from conftest import run as packer_run
 from packer.errors import PackerError
-from train import finetune, models, weights
+from train import finetune, models, pretrained, weights
 from train.config import TrainConfig
 from train.recipe import Choice
 from train_cli import train
@@ -226,14 +226,38 @@ def test_frozen_epochs_keep_the_backbone_and_the_run_keeps_its_statistics(colour
     assert not torch.equal(frozen["fc.weight"], start["fc.weight"])
     output = train("fit", colours / "wds", "--out", tmp_path / "a", "--epochs", "2",
                    "--resume", *common)
-    assert "epoch 2: the whole network trains, the backbone at 0.01" in output
+    assert "epoch 2: the whole network trains but its stem (15 tensors to a quarter of the " \
+        "input's side, kept frozen), the backbone at 0.01" in output
     tuned = torch.load(tmp_path / "a" / "last.pt", weights_only=True)["model"]
-    assert not torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])
+    stem = [n for n in body if n.startswith(("conv1.", "bn1.", "layer1."))]
+    assert same(tuned, start, stem)
+    assert not torch.equal(tuned["layer2.0.conv1.weight"], start["layer2.0.conv1.weight"])
     statistics = [n for n in body if n.endswith(("running_mean", "running_var"))]
     assert same(tuned, start, statistics)  # kept the whole run, as Keras's guide keeps them
     train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "2", *common)
     straight = torch.load(tmp_path / "b" / "last.pt", weights_only=True)["model"]
     assert same(straight, tuned, tuned)  # a resume across the unfreezing is exact
+    train("fit", colours / "wds", "--out", tmp_path / "c", "--epochs", "2", "--no-freeze-stem",
+          *common)
+    whole = torch.load(tmp_path / "c" / "last.pt", weights_only=True)["model"]
+    assert not torch.equal(whole["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])
+
+
+@pytest.mark.parametrize("name, side, first, last", [
+    ("torchvision:mobilenet_v2", 112, "features.0.0.weight", "features.4.conv.0.1.bias"),
+    ("timm:resnet18", 64, "conv1.weight", "layer1.1.bn2.bias"),
+    ("timm:mobilenetv3_small_050", 112, "conv_stem.weight", "blocks.1.0.bn1.bias"),
+    ("timm:vit_tiny_patch16_224", 224, None, None),
+])
+def test_the_stem_is_the_layers_to_a_quarter_of_the_input_side(name, side, first, last):
+    """Found by the feature maps' sides: a squeeze-and-excitation's pooled 1x1 convolutions
+    (MobileNetV3) do not end it; a vision transformer's first convolution strides 16."""
+    model = models.build(name, "image", (3, side, side), 3, 0.0)
+    kept = pretrained.stem(model, (3, side, side), torch.device("cpu"))
+    names = [n for n, p in model.named_parameters() if id(p) in kept]
+    assert (names[0] if names else None, names[-1] if names else None) == (first, last)
+    order = [n for n, _ in model.named_parameters()]
+    assert names == order[:len(names)]  # a prefix: nothing deeper
 
 
 def test_the_recipe_for_a_pretrained_model(colours, hub, tmp_path):
@@ -278,6 +302,9 @@ def test_pretrained_and_freezing_need_a_pretrained_backbone(colours, tmp_path):
     output = train("fit", colours / "wds", "--out", tmp_path / "x", "--freeze-epochs", "2",
                    *SMALL, expect=1)
     assert "--freeze-epochs 2 needs --pretrained or --weights" in output
+    output = train("fit", colours / "wds", "--out", tmp_path / "x", "--no-freeze-stem", *SMALL,
+                   expect=1)
+    assert "--no-freeze-stem needs --pretrained or --weights" in output
 
 
 def test_resume_with_another_model_is_one_message(colours, tmp_path):
@@ -304,7 +331,8 @@ def test_ddp_fine_tunes_through_the_unfreezing(colours, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("epoch 2: the whole network trains") == 1  # rank 0 prints
     tuned = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)["model"]
-    assert not torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])
+    assert not torch.equal(tuned["layer2.0.conv1.weight"], start["layer2.0.conv1.weight"])
+    assert torch.equal(tuned["layer1.0.conv1.weight"], start["layer1.0.conv1.weight"])  # stem
 
 
 def test_frozen_epochs_come_on_top_of_epochs_chosen_from_the_data():
