@@ -206,7 +206,10 @@ def stem(model: nn.Module, input_shape, device: torch.device) -> set[int]:
     """The ids of the parameters used before a convolution first reduces the input's side
     below a quarter: a CNN's stem and first stage (generic edge and colour filters, and the
     most costly layers to train at their resolution); none for a vision transformer, whose
-    first convolution strides 16. Found by running one blank input through the model."""
+    first convolution strides 16, and for models of tables and sequences. Found by running
+    one blank input through the model."""
+    if len(input_shape) != 3:
+        return set()
     order, reduced, side = [], [], min(input_shape[1:])
 
     def seen(module, inputs, output):

@@ -260,6 +260,24 @@ def test_the_stem_is_the_layers_to_a_quarter_of_the_input_side(name, side, first
     assert names == order[:len(names)]  # a prefix: nothing deeper
 
 
+def test_a_table_model_fine_tunes_from_its_own_weights(tmp_path):
+    """No stem to keep frozen: the whole MLP trains once unfrozen."""
+    rows = np.random.default_rng(3).normal(size=(96, 3))
+    lines = ["a,b,c,y"] + [f"{a:.4f},{b:.4f},{c:.4f},{'p' if a > b else 'n'}" for a, b, c in rows]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    packer_run("pack", tmp_path / "t.csv", "--to", "hdf5", "--label-column", "y", "-o",
+               tmp_path / "t.h5", "-q")
+    common = ["--epochs", "2", "--workers", "0", "--lr", "1e-2", "--batch-size", "16"]
+    train("fit", tmp_path / "t.h5", "--out", tmp_path / "first", *common)
+    output = train("fit", tmp_path / "t.h5", "--out", tmp_path / "tuned", "--weights",
+                   tmp_path / "first" / "best.pt", "--freeze-epochs", "1", *common)
+    assert "epoch 2: the whole network trains, the backbone at 0.01" in output
+    start = torch.load(tmp_path / "first" / "best.pt", weights_only=True)["model"]
+    tuned = torch.load(tmp_path / "tuned" / "last.pt", weights_only=True)["model"]
+    first = next(n for n in start if n.endswith("weight"))
+    assert not torch.equal(start[first], tuned[first])
+
+
 def test_the_recipe_for_a_pretrained_model(colours, hub, tmp_path):
     cache_timm(hub, "mobilenetv3_small_050")
     output = train("fit", colours / "wds", "--out", tmp_path / "run", "--model",
