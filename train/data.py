@@ -21,7 +21,8 @@ from train import sides
 from train.config import TrainConfig
 from train.inputs import as_arrays
 from train.mixing import merged, source
-from train.sides import Sides, held_share, of_run, packed_labels, stratified_sides
+from train.sides import (Sides, held_share, of_run, packed_labels, single_samples,
+                         stratified_sides)
 
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
 
@@ -310,9 +311,11 @@ def _describe_loose(config: TrainConfig) -> DataInfo:
                           "sub-folder per class")
     files = loose_images(Path(config.data))
     counts = [sum(1 for _, label in files if label == i) for i in range(len(scan.classes))]
-    return DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
+    info = DataInfo("image", ["jpg"], "cls", "classify", scan.classes, counts,
                     image_shape(config.image_size), None, files,
                     sides=Sides(None, None, *held_share(config, len(files))))
+    info.sides = single_samples(info.sides, info)
+    return info
 
 
 def _loose_datasets(info: DataInfo, config: TrainConfig):

@@ -78,7 +78,7 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                   "none), e.g. --val-split 0.2; for classification that share of each class "
                   "(stratified by --seed). Not used where DATA has a validation split made "
                   "when packed. auto: a tenth, raised toward 50 samples for small data (at "
-                  "most 0.2)."),
+                  "most 0.2); none where no class has two samples."),
     "folds": (click.IntRange(2, 20), "k-fold cross-validation: K runs, each validating on "
                                      "one fold of DATA (stratified by class) and training on "
                                      "the others, in OUT/fold-1 ... OUT/fold-K; prints each "

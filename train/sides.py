@@ -68,7 +68,19 @@ def of_run(info, config: TrainConfig) -> Sides:
     chosen = choose(manifest, config)
     if info.task == "classify" and chosen.train_split:
         info.class_counts = manifest["splits"]["sets"][chosen.train_split]["class_counts"]
-    return chosen
+    return single_samples(chosen, info)
+
+
+def single_samples(sides: Sides, info) -> Sides:
+    """--val-split auto where no class has two samples: holding one out would take its
+    class out of training (a stratified split never does), so no validation, said why."""
+    counts = info.class_counts if info.task == "classify" else None
+    if sides.why is None or not sides.fraction or not counts or max(counts) > 1:
+        return sides
+    return Sides(sides.train_split, None, 0.0,
+                 f"no class has two samples ({sum(counts):,} samples of {len(counts):,} "
+                 "classes): holding any out would take its class out of training, so no "
+                 "validation (no early stopping; best.pt by the training loss)")
 
 
 def choose(manifest: dict, config: TrainConfig) -> Sides:

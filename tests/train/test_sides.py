@@ -68,3 +68,21 @@ def test_splits_without_train_and_names_without_splits_are_refused(tmp_path):
     said = train("fit", tmp_path / "plain", "--out", tmp_path / "r2", "--val-split-name", "val",
                  *COMMON, expect=1)
     assert "was packed without splits" in said
+
+
+def test_one_sample_a_class_trains_without_validation(tmp_path):
+    """--val-split auto holds out none of a class's only sample: the run says so and trains
+    on all of them, packed or a loose folder (it stopped with an error before)."""
+    colour_images(tmp_path / "src", COLOURS, 1, 20)
+    packer_run("pack", tmp_path / "src", "-o", tmp_path / "wds", "-q")
+    for data in (tmp_path / "wds", tmp_path / "src"):
+        said = train("fit", data, "--out", tmp_path / data.name, "--batch-size", "3",
+                     *COMMON[:2], *COMMON[4:])
+        assert "val split 0.0: no class has two samples (3 samples of 3 classes)" in said
+        assert "patience" not in said
+        summary = json.loads((tmp_path / data.name / "summary.json").read_text())
+        assert summary["best"]["val"] is None and summary["best"]["train"]["ranks"][0][
+            "samples"] == 3
+    said = train("fit", tmp_path / "wds", "--out", tmp_path / "given", "--val-split", "0.2",
+                 *COMMON, expect=1)
+    assert "--val-split 0.2 holds out no sample of the 3" in said  # given: still an error
