@@ -21,8 +21,7 @@ from train import sides
 from train.config import TrainConfig
 from train.inputs import as_arrays
 from train.mixing import merged, source
-from train.sides import (Sides, held_share, of_run, packed_labels, single_samples,
-                         stratified_sides)
+from train.sides import Sides, held_share, of_run, packed_labels, single_samples, stratified_sides
 
 STATS_SAMPLES = 512  # training samples that give array inputs their mean and std
 
