@@ -74,7 +74,7 @@ class TrainConfig:
     weights: str | None = None
     pretrained: bool = False  # a timm or torchvision model's own pretrained weights
     freeze_epochs: int | None = None  # fine-tuning: epochs of the head alone (None: auto)
-    backbone_lr_scale: float = 0.01  # fine-tuning: the backbone's share of the rate
+    backbone_lr_scale: float | None = None  # fine-tuning: the backbone's share (None: auto)
     freeze_backbone: bool = False
     freeze_stem: bool = True  # fine-tuning: the layers to a quarter of the input's side
     resume: bool = False

@@ -19,8 +19,8 @@ statistics too), then the whole network with the backbone at a lower rate.
     stem            kept frozen the whole run (`--no-freeze-stem` trains it once the backbone
                     unfreezes): the layers before the input's side falls under a quarter, as
                     detectron2 keeps a ResNet's stem and first stage frozen; without
-                    their backward pass a MobileNetV2 at 112 px steps 1.6 times as fast
-                    on 2 CPU cores
+                    their backward pass a MobileNetV2 at 112 px fine-tunes about 1.5 times
+                    as fast on 2 CPU cores (all of digits: 97-123 to 147-181 samples/s)
     unfreezing      the backbone's rate warms up again over --warmup-epochs (its optimizer
                     state starts empty); its BatchNorm statistics stay frozen the whole
                     run (switched to each batch's own, they change at once the features
@@ -41,6 +41,8 @@ from train.recipe import Choice, image_size
 from train.schedule import lr_factor
 
 FEW_PER_CLASS = 50
+BACKBONE_SHARE = 0.01  # of the head's rate, once unfrozen
+BACKBONE_MAX_LR = 2e-4  # the backbone's rate at most (stable to 2e-4, diverged from 5e-4)
 
 
 def fine_tuning(config: TrainConfig) -> bool:
@@ -140,10 +142,6 @@ def choose(config: TrainConfig, info: DataInfo, samples: int,
     if not fine_tuning(config):
         config.freeze_epochs = config.freeze_epochs or 0
         return choices
-    choices += [Choice("backbone_lr_scale", config.backbone_lr_scale,
-                      "the backbone learns at this share of the head's rate once unfrozen, as "
-                      "fastai's fine_tune and Keras's guide do: faster, Adam's steps of the "
-                      "rate's size for every weight wreck pretrained features")]
     choices.append(Choice("batchnorm", "statistics frozen", "the backbone's BatchNorm "
                           "layers keep their pretrained statistics the whole run, as Keras's "
                           "transfer-learning guide keeps them: switched to each batch's own "
@@ -157,8 +155,8 @@ def choose(config: TrainConfig, info: DataInfo, samples: int,
         choices.append(Choice("freeze_stem", "yes", "the layers that see the input at a quarter "
                               "of its side or finer stay frozen once the backbone unfreezes, as "
                               "detectron2 keeps them: generic edge and colour filters, and the "
-                              "costliest to train (on 2 CPU cores a MobileNetV2 at 112 px steps "
-                              "1.6 times as fast)"))
+                              "costliest to train (without them a MobileNetV2 at 112 px fine-tunes "
+                              "about 1.5 times as fast on 2 CPU cores)"))
     if config.freeze_epochs is None:
         per_class = samples / max(info.num_outputs, 1) if info.task == "classify" else samples
         share, why = ((3, f"a third of the epochs: under {FEW_PER_CLASS} training samples a "
@@ -174,6 +172,24 @@ def choose(config: TrainConfig, info: DataInfo, samples: int,
             epochs.why += (f", and the {config.freeze_epochs} with the backbone frozen on "
                            "top (the steps are the whole network's)")
     return choices
+
+
+def choose_backbone_share(config: TrainConfig) -> list[Choice]:
+    """--backbone-lr-scale auto, once the head's rate is known: a hundredth of it, less
+    where the backbone would step faster than BACKBONE_MAX_LR."""
+    if not fine_tuning(config) or config.freeze_backbone or config.backbone_lr_scale is not None:
+        return []
+    share = float(f"{min(BACKBONE_SHARE, BACKBONE_MAX_LR / config.lr):.3g}")
+    config.backbone_lr_scale = share
+    why = ("the backbone learns at this share of the head's rate once unfrozen, as fastai's "
+           "fine_tune and Keras's guide do: faster, Adam's steps of the rate's size for every "
+           "weight wreck pretrained features")
+    if share < BACKBONE_SHARE:
+        why = (f"a hundredth of the head's rate, lowered so that the backbone steps at "
+               f"{BACKBONE_MAX_LR:g} at most: its frozen BatchNorm statistics scale each "
+               "channel's step by its weight over its deviation, and a MobileNetV2 unfrozen "
+               "at 1e-3 on 40 photos went to chance at once")
+    return [Choice("backbone_lr_scale", share, why)]
 
 
 def stale_since_unfrozen(config: TrainConfig, epoch: int, stale: int) -> int:
@@ -241,7 +257,8 @@ def parameter_groups(model: nn.Module, config: TrainConfig) -> list[dict]:
     if fine_tuning(config):
         heads = {id(p) for p in pretrained.head(model).parameters()}
         parts = [([p for p in params if id(p) in heads], 1.0),
-                 ([p for p in params if id(p) not in heads], config.backbone_lr_scale)]
+                 ([p for p in params if id(p) not in heads], BACKBONE_SHARE
+                  if config.backbone_lr_scale is None else config.backbone_lr_scale)]
     groups = []
     for part, scale in parts:
         groups += [{"params": [p for p in part if p.ndim > 1], "lr_scale": scale,

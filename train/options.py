@@ -196,9 +196,10 @@ _OPTIONS = {  # name: (type, help); booleans and choices take theirs from TrainC
                       "head alone for this many epochs (backbone and its BatchNorm statistics "
                       "frozen), then the whole network, e.g. --freeze-epochs 3 (0: no frozen "
                       "phase)." + AUTO),
-    "backbone_lr_scale": (click.FloatRange(min=0), "Fine-tuning: the backbone's learning "
-                          "rate as a share of the head's once unfrozen, e.g. "
-                          "--backbone-lr-scale 0.03."),
+    "backbone_lr_scale": (_AutoOr(click.FloatRange(min=0), "auto|SHARE"), "Fine-tuning: "
+                          "the backbone's learning rate as a share of the head's once "
+                          "unfrozen, e.g. --backbone-lr-scale 0.03; auto: a hundredth, less "
+                          "where that would step the backbone faster than 2e-4." + AUTO),
     "freeze_backbone": (None, "With --pretrained or --weights: train the head only, the whole "
                               "run (feature extraction)."),
     "freeze_stem": (None, "Fine-tuning: keep the stem frozen once the backbone unfreezes: "

@@ -24,7 +24,7 @@ from train.step import seed_number, set_seed
 # a resumed run takes these from its checkpoint
 CHOSEN = ("image_size", "epochs", "batch_size", "lr", "width", "dropout", "weight_decay",
           "patience", "norm", "cache", "freeze_epochs", "monitor", "val_split", "time_limit",
-          "optimizer")
+          "optimizer", "backbone_lr_scale")
 
 
 @dataclass
@@ -112,6 +112,7 @@ def prepare(config: TrainConfig, worker_init=None) -> tuple[TrainConfig, Data]:
         config.lr, why = _range_test(config, data)
         config.scale_lr = False
         data.choices.append(recipe.Choice("lr", float(f"{config.lr:.3g}"), why))
+    data.choices += finetune.choose_backbone_share(config)
     return config, data
 
 
