@@ -10,7 +10,7 @@ from PIL import Image
 from tqdm import tqdm
 
 import packer
-from train.data import datasets
+from train.datasets import datasets
 from train.inputs import to_inputs, to_targets
 from train.trained import Trained, outputs_of
 

@@ -15,7 +15,8 @@ from packer.errors import PackerError
 from train import checkpoint, finetune, lr_range, monitor, recipe
 from train.cache import RamCache
 from train.config import TrainConfig
-from train.data import DataInfo, datasets, describe
+from train.data import DataInfo, describe
+from train.datasets import datasets
 from train.finite import require_finite
 from train.inputs import to_inputs, to_targets
 from train.run import build, rank0_value, setup_distributed, use_cuda

@@ -13,7 +13,8 @@ from packer.errors import PackerError
 from train import finetune, lr_range, plots, recipe
 from train.augment import augment_images
 from train.config import AUGMENTS, TrainConfig
-from train.data import datasets, describe, image_shape
+from train.data import describe, image_shape
+from train.datasets import datasets
 from train.finite import non_finite, require_finite
 from train.inputs import IMAGE_MEAN, IMAGE_STD, to_inputs, to_targets
 from train.metrics import strict_json

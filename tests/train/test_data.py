@@ -14,7 +14,8 @@ from conftest import image_bytes
 from conftest import run as packer_run
 from train.cli import cli
 from train.config import TrainConfig
-from train.data import datasets, describe
+from train.data import describe
+from train.datasets import datasets
 from train.inputs import to_inputs
 from train_cli import train
 

@@ -11,7 +11,8 @@ from conftest import image_bytes
 from conftest import run as packer_run
 from train import cache, lr_range, recipe
 from train.config import TrainConfig
-from train.data import DataInfo, datasets, describe
+from train.data import DataInfo, describe
+from train.datasets import datasets
 from train.models import build
 from train_cli import train
 
