@@ -192,6 +192,12 @@ def choose_backbone_share(config: TrainConfig) -> list[Choice]:
     return [Choice("backbone_lr_scale", share, why)]
 
 
+def backbone_share(config: TrainConfig) -> float:
+    """The backbone's share of the rate; a hundredth until the rate, and so the auto
+    share, is known (the range test's model)."""
+    return BACKBONE_SHARE if config.backbone_lr_scale is None else config.backbone_lr_scale
+
+
 def stale_since_unfrozen(config: TrainConfig, epoch: int, stale: int) -> int:
     """The epochs without a better score that count towards early stopping: those since
     the backbone was unfrozen (a head trained alone levels off by design; a run stopped
@@ -229,7 +235,7 @@ def enter_epoch(run, epoch: int, first: bool = True) -> str | None:
     but = (f" but its stem ({len(kept)} tensors to a quarter of the input's side, kept "
            "frozen)" if kept else "")
     return (f"epoch {epoch + 1}: the whole network trains{but}, the backbone at "
-            f"{run.config.backbone_lr_scale:g} of the head's rate")
+            f"{backbone_share(run.config):g} of the head's rate")
 
 
 
@@ -257,8 +263,7 @@ def parameter_groups(model: nn.Module, config: TrainConfig) -> list[dict]:
     if fine_tuning(config):
         heads = {id(p) for p in pretrained.head(model).parameters()}
         parts = [([p for p in params if id(p) in heads], 1.0),
-                 ([p for p in params if id(p) not in heads], BACKBONE_SHARE
-                  if config.backbone_lr_scale is None else config.backbone_lr_scale)]
+                 ([p for p in params if id(p) not in heads], backbone_share(config))]
     groups = []
     for part, scale in parts:
         groups += [{"params": [p for p in part if p.ndim > 1], "lr_scale": scale,

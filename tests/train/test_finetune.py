@@ -237,6 +237,11 @@ def test_frozen_epochs_keep_the_backbone_and_the_run_keeps_its_statistics(colour
     train("fit", colours / "wds", "--out", tmp_path / "b", "--epochs", "2", *common)
     straight = torch.load(tmp_path / "b" / "last.pt", weights_only=True)["model"]
     assert same(straight, tuned, tuned)  # a resume across the unfreezing is exact
+    whole_run = [a for a in common if a not in ("--lr", "1e-3")]
+    whole_run[whole_run.index("--freeze-epochs") + 1] = "0"
+    output = train("fit", colours / "wds", "--out", tmp_path / "d", "--epochs", "1",
+                   *whole_run)  # no frozen phase: the range test runs on the whole network
+    assert "epoch 1: the whole network trains but its stem" in output
     train("fit", colours / "wds", "--out", tmp_path / "c", "--epochs", "2", "--no-freeze-stem",
           *common)
     whole = torch.load(tmp_path / "c" / "last.pt", weights_only=True)["model"]
